@@ -1,0 +1,172 @@
+"""The loader's data position and its deterministic interleave, as pure logic.
+
+A rank reads partitions through one or more workers (readers). The delivered stream of
+blocks is built message by message:
+
+1. pick the next worker round-robin (skipping workers with no partition left);
+2. that worker's seeded RNG picks one of its active partitions;
+3. every remaining block of that partition's next message is delivered, in order.
+
+Batch boundaries may cut a message; the rest of it is delivered first in the next batch.
+So the block sequence depends on the topic contents, the seed and the assignment, never
+on batch_size or on fetch timing (bounded mode).
+
+The position is a `Cursor` per partition: the next message offset, and the index of the
+next block inside that message (the partial-block cursor). With the round-robin pointer,
+the RNG states and the partition whose message is in progress, it fully determines the
+rest of the stream, and resuming is a seek to those offsets.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+STATE_FORMAT_VERSION = 1
+
+
+class StateError(ValueError):
+    """A loader state that does not fit this loader (other topic, unknown version, ...)."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    offset: int
+    block: int = 0
+
+
+def worker_seed(seed: int, rank: int, worker: int) -> int:
+    """Independent, reproducible RNG stream per (rank, worker)."""
+    return (seed * 1_000_003 + rank) * 1_000_003 + worker
+
+
+class Interleaver:
+    """Round-robin over workers, seeded random choice among a worker's active partitions."""
+
+    def __init__(self, workers: Mapping[int, Sequence[int]], *, seed: int, rank: int):
+        self.workers = {w: tuple(sorted(ps)) for w, ps in sorted(workers.items())}
+        self.order = list(self.workers)
+        self.rngs = {w: random.Random(worker_seed(seed, rank, w)) for w in self.order}
+        self.rr = 0
+
+    def next_partition(self, active: set[int] | frozenset[int]) -> int | None:
+        """The partition whose next message comes next, or None when no partition is active."""
+        n = len(self.order)
+        for step in range(n):
+            w = self.order[(self.rr + step) % n]
+            choices = [p for p in self.workers[w] if p in active]
+            if not choices:
+                continue
+            self.rr = (self.rr + step + 1) % n
+            if len(choices) == 1:
+                return choices[0]
+            return choices[self.rngs[w].randrange(len(choices))]
+        return None
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "rr": self.rr,
+            "rng": {str(w): _rng_state_to_json(r.getstate()) for w, r in self.rngs.items()},
+        }
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        rngs = state["rng"]
+        if sorted(rngs) != sorted(str(w) for w in self.order):
+            raise StateError(f"interleave state has workers {sorted(rngs)}, this loader has {self.order}")
+        self.rr = int(state["rr"]) % len(self.order)
+        for w, r in self.rngs.items():
+            r.setstate(_rng_state_from_json(rngs[str(w)]))
+
+
+def _rng_state_to_json(state: tuple) -> list:
+    version, internal, gauss = state
+    return [version, list(internal), gauss]
+
+
+def _rng_state_from_json(state: Sequence) -> tuple:
+    version, internal, gauss = state
+    return (int(version), tuple(int(x) for x in internal), gauss)
+
+
+def make_state(
+    *,
+    topic: str,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    seed: int,
+    cursors: Mapping[int, Cursor],
+    current: int | None,
+    interleave: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The JSON-serializable state saved inside a checkpoint (partition keys are strings)."""
+    return {
+        "format_version": STATE_FORMAT_VERSION,
+        "topic": topic,
+        "rank": rank,
+        "world_size": world_size,
+        "num_workers": num_workers,
+        "seed": seed,
+        "partitions": {str(p): {"offset": c.offset, "block": c.block} for p, c in sorted(cursors.items())},
+        "current": current,
+        "interleave": dict(interleave),
+    }
+
+
+def parse_cursors(state: Mapping[str, Any], *, topic: str) -> dict[int, Cursor]:
+    """Validate the version and topic of a state and return its per-partition cursors."""
+    version = state.get("format_version")
+    if version != STATE_FORMAT_VERSION:
+        raise StateError(f"loader state format_version {version!r} is not {STATE_FORMAT_VERSION}")
+    if state.get("topic") != topic:
+        raise StateError(f"loader state is for topic {state.get('topic')!r}, this loader reads {topic!r}")
+    cursors = {}
+    for p, c in state["partitions"].items():
+        offset, block = int(c["offset"]), int(c.get("block", 0))
+        if offset < 0 or block < 0:
+            raise StateError(f"partition {p}: negative cursor {c}")
+        cursors[int(p)] = Cursor(offset, block)
+    return cursors
+
+
+def same_layout(state: Mapping[str, Any], *, rank: int, world_size: int, num_workers: int, seed: int) -> bool:
+    """True when the state was taken by a loader with this rank, layout and seed (RNG state applies)."""
+    return (state.get("rank"), state.get("world_size"), state.get("num_workers"), state.get("seed")) == (
+        rank,
+        world_size,
+        num_workers,
+        seed,
+    )
+
+
+def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Union of the per-partition cursors of every rank's state, for resuming with another layout.
+
+    The merged state carries no interleave state: a loader with a different world size or
+    worker count restarts its interleave from the seed at the saved offsets (no block lost
+    or repeated, order differs).
+    """
+    states = list(states)
+    if not states:
+        raise StateError("no states to merge")
+    topic = states[0]["topic"]
+    partitions: dict[str, Any] = {}
+    for s in states:
+        parse_cursors(s, topic=topic)
+        for p, c in s["partitions"].items():
+            if p in partitions and partitions[p] != c:
+                raise StateError(f"partition {p} appears in two rank states with different cursors")
+            partitions[p] = dict(c)
+    return {
+        "format_version": STATE_FORMAT_VERSION,
+        "topic": topic,
+        "rank": None,
+        "world_size": None,
+        "num_workers": None,
+        "seed": None,
+        "partitions": dict(sorted(partitions.items(), key=lambda kv: int(kv[0]))),
+        "current": None,
+        "interleave": None,
+    }
