@@ -1,0 +1,138 @@
+"""Wire format of token blocks on Kafka (DESIGN.md).
+
+Value: little-endian uint32 token ids, `blocks` whole blocks of exactly `seq_len` tokens each.
+Headers (all bytes, UTF-8 text): fmt, tok, tok_hash, seq_len, blocks, src.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+FORMAT_VERSION = 1
+TOKEN_DTYPE = np.dtype("<u4")
+TOKEN_BYTES = TOKEN_DTYPE.itemsize
+DEFAULT_MAX_MESSAGE_BYTES = 900_000
+
+H_FORMAT = "fmt"
+H_TOKENIZER = "tok"
+H_TOKENIZER_HASH = "tok_hash"
+H_SEQ_LEN = "seq_len"
+H_BLOCKS = "blocks"
+H_SOURCE = "src"
+REQUIRED_HEADERS = (H_FORMAT, H_TOKENIZER, H_TOKENIZER_HASH, H_SEQ_LEN, H_BLOCKS, H_SOURCE)
+
+Headers = list[tuple[str, bytes]]
+
+
+class MalformedMessageError(ValueError):
+    def __init__(self, topic: str, partition: int, offset: int, problem: str):
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.problem = problem
+        super().__init__(f"malformed message at {topic}[{partition}]@{offset}: {problem}")
+
+
+@dataclass(frozen=True)
+class BlockHeader:
+    format_version: int
+    tokenizer_name: str
+    tokenizer_hash: str
+    seq_len: int
+    blocks: int
+    source: str
+
+
+def max_blocks_per_message(seq_len: int, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+    """How many whole blocks fit in a value of at most `max_bytes`."""
+    if seq_len <= 0:
+        raise ValueError(f"seq_len must be positive, got {seq_len}")
+    block_bytes = seq_len * TOKEN_BYTES
+    if block_bytes > max_bytes:
+        raise ValueError(f"one block of seq_len {seq_len} is {block_bytes} bytes, over the {max_bytes}-byte message limit")
+    return max_bytes // block_bytes
+
+
+def encode_message(
+    blocks: np.ndarray, *, tokenizer_name: str, tokenizer_hash: str, source: str
+) -> tuple[bytes, Headers]:
+    """Serialize an (n, seq_len) uint32 array into a Kafka value and headers."""
+    if blocks.ndim != 2 or blocks.shape[0] < 1 or blocks.shape[1] < 1:
+        raise ValueError(f"blocks must be a non-empty 2-D (n, seq_len) array, got shape {blocks.shape}")
+    if blocks.dtype.kind != "u" or blocks.dtype.itemsize != TOKEN_BYTES:
+        raise ValueError(f"blocks must be uint32, got {blocks.dtype}")
+    n, seq_len = blocks.shape
+    value = np.ascontiguousarray(blocks, dtype=TOKEN_DTYPE).tobytes()
+    headers: Headers = [
+        (H_FORMAT, str(FORMAT_VERSION).encode()),
+        (H_TOKENIZER, tokenizer_name.encode()),
+        (H_TOKENIZER_HASH, tokenizer_hash.encode()),
+        (H_SEQ_LEN, str(seq_len).encode()),
+        (H_BLOCKS, str(n).encode()),
+        (H_SOURCE, source.encode()),
+    ]
+    return value, headers
+
+
+def read_header(
+    headers: Iterable[tuple[str, bytes | None]] | None, *, topic: str, partition: int, offset: int
+) -> BlockHeader:
+    """Parse and validate the headers of one message (no payload check)."""
+
+    def bad(problem: str) -> MalformedMessageError:
+        return MalformedMessageError(topic, partition, offset, problem)
+
+    found: dict[str, bytes] = {}
+    for key, val in headers or ():
+        if val is not None:
+            found[key] = val
+    missing = [h for h in REQUIRED_HEADERS if h not in found]
+    if missing:
+        raise bad(f"missing headers {missing}")
+    try:
+        text = {k: found[k].decode() for k in REQUIRED_HEADERS}
+        version = int(text[H_FORMAT])
+        seq_len = int(text[H_SEQ_LEN])
+        n_blocks = int(text[H_BLOCKS])
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad(f"unparseable header: {exc}") from None
+    if version != FORMAT_VERSION:
+        raise bad(f"unknown format version {version} (this reader knows {FORMAT_VERSION})")
+    if seq_len <= 0 or n_blocks <= 0:
+        raise bad(f"non-positive seq_len {seq_len} or blocks {n_blocks}")
+    return BlockHeader(version, text[H_TOKENIZER], text[H_TOKENIZER_HASH], seq_len, n_blocks, text[H_SOURCE])
+
+
+def decode_message(
+    value: bytes | memoryview | None,
+    headers: Iterable[tuple[str, bytes | None]] | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    expected_seq_len: int | None = None,
+    expected_tokenizer_hash: str | None = None,
+) -> np.ndarray:
+    """Return the message's blocks as a read-only (n, seq_len) uint32 view of `value` (zero copy)."""
+    header = read_header(headers, topic=topic, partition=partition, offset=offset)
+
+    def bad(problem: str) -> MalformedMessageError:
+        return MalformedMessageError(topic, partition, offset, problem)
+
+    if expected_tokenizer_hash is not None and header.tokenizer_hash != expected_tokenizer_hash:
+        raise bad(
+            f"tokenizer hash {header.tokenizer_hash} ({header.tokenizer_name}) != expected {expected_tokenizer_hash}"
+        )
+    if expected_seq_len is not None and header.seq_len != expected_seq_len:
+        raise bad(f"seq_len {header.seq_len} != expected {expected_seq_len}")
+    if value is None:
+        raise bad("empty value (tombstone)")
+    want = header.blocks * header.seq_len * TOKEN_BYTES
+    if len(value) != want:
+        raise bad(
+            f"value is {len(value)} bytes, expected {want} ({header.blocks} blocks x {header.seq_len} tokens x 4)"
+        )
+    return np.frombuffer(value, dtype=TOKEN_DTYPE).reshape(header.blocks, header.seq_len)
