@@ -1,0 +1,138 @@
+"""Dagster webserver + daemon over an instance (DAGSTER_HOME) kept under the state directory."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+
+from .processes import ManagedProcess, http_get
+from .service import Service, ServiceStatus
+
+DAGSTER_YAML = """\
+telemetry:
+  enabled: false
+storage:
+  sqlite:
+    base_dir: {home}/storage
+compute_logs:
+  module: dagster._core.storage.local_compute_log_manager
+  class: LocalComputeLogManager
+  config:
+    base_dir: {home}/compute_logs
+local_artifact_storage:
+  module: dagster._core.storage.root
+  class: LocalArtifactStorage
+  config:
+    base_dir: {home}/artifacts
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    max_concurrent_runs: 2
+"""
+
+PLACEHOLDER_DEFINITIONS = '''\
+"""Placeholder until the asset graph lands: an empty code location so the webserver loads."""
+
+import dagster as dg
+
+defs = dg.Definitions()
+'''
+
+DAEMON_HEALTH_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }"
+
+
+class DagsterService(Service):
+    name = "dagster"
+
+    @property
+    def home(self):
+        return self.dir / "home"
+
+    @property
+    def workspace(self):
+        return self.config.repo_root / "workspace.yaml"
+
+    def _env(self) -> dict[str, str]:
+        settings = self.config.settings()
+        return {
+            "DAGSTER_HOME": str(self.home),
+            "PIPELINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "PIPELINE_S3_ENDPOINT": settings.s3_endpoint,
+            "AWS_ACCESS_KEY_ID": settings.s3_access_key,
+            "AWS_SECRET_ACCESS_KEY": settings.s3_secret_key,
+            "MLFLOW_TRACKING_URI": settings.mlflow_tracking_uri,
+            "MLFLOW_S3_ENDPOINT_URL": settings.s3_endpoint,
+            "PIPELINE_DAGSTER_URL": settings.dagster_url,
+        }
+
+    def processes(self) -> list[ManagedProcess]:
+        cfg = self.config
+        webserver = ManagedProcess(
+            name="dagster-webserver",
+            cmd=(sys.executable, "-m", "dagster_webserver", "-w", str(self.workspace), "-h", cfg.host, "-p", str(cfg.dagster_port)),
+            pid_file=self.dir / "webserver.pid",
+            log_file=self.dir / "webserver.log",
+            ports=(cfg.dagster_port,),
+            env=self._env(),
+            cwd=cfg.repo_root,
+            stop_timeout=20.0,
+        )
+        daemon = ManagedProcess(
+            name="dagster-daemon",
+            cmd=(sys.executable, "-m", "dagster._daemon", "run", "-w", str(self.workspace)),
+            pid_file=self.dir / "daemon.pid",
+            log_file=self.dir / "daemon.log",
+            env=self._env(),
+            cwd=cfg.repo_root,
+            stop_timeout=20.0,
+        )
+        return [webserver, daemon]
+
+    def prepare(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "dagster.yaml").write_text(DAGSTER_YAML.format(home=self.home))
+        definitions = self.config.repo_root / "pipeline_project" / "definitions.py"
+        if not definitions.exists():
+            definitions.write_text(PLACEHOLDER_DEFINITIONS)
+
+    def daemon_health(self) -> dict[str, bool] | None:
+        request = urllib.request.Request(
+            self.config.dagster_url + "/graphql",
+            data=json.dumps({"query": DAEMON_HEALTH_QUERY}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 - loopback
+                body = json.loads(resp.read())
+            statuses = body["data"]["instance"]["daemonHealth"]["allDaemonStatuses"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return {s["daemonType"]: s["healthy"] for s in statuses if s["required"]}
+
+    def status(self) -> list[ServiceStatus]:
+        webserver, daemon = self.processes()
+        answer = http_get(self.config.dagster_url + "/server_info")
+        web_ok = answer is not None and answer[0] == 200
+        daemons = self.daemon_health() if web_ok else None
+        daemon_ok = bool(daemons) and all(daemons.values())
+        unhealthy = sorted(k for k, v in (daemons or {}).items() if not v)
+        return [
+            ServiceStatus(
+                name="dagster-webserver",
+                service=self.name,
+                healthy=web_ok,
+                url=self.config.dagster_url,
+                pid=webserver.pid,
+                detail=f"DAGSTER_HOME={self.home}",
+            ),
+            ServiceStatus(
+                name="dagster-daemon",
+                service=self.name,
+                healthy=daemon_ok,
+                url=self.config.dagster_url + "/deployment/daemons",
+                pid=daemon.pid,
+                detail=(f"unhealthy: {', '.join(unhealthy)}" if unhealthy else f"{len(daemons or {})} daemons heartbeating"),
+            ),
+        ]

@@ -1,0 +1,54 @@
+"""Java runtimes of the stack: Maven Central jars resolved by `deploy/local/<name>/pom.xml`."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from .config import REPO_ROOT
+from .errors import StackError
+
+DEPLOY_DIR = REPO_ROOT / "deploy" / "local"
+
+
+def jars_dir(component: str) -> Path:
+    return DEPLOY_DIR / component / "target" / "jars"
+
+
+def classpath(component: str) -> str:
+    return str(jars_dir(component) / "*")
+
+
+def ensure_jars(component: str) -> Path:
+    """Copy the component's jars into target/jars with Maven if they are not there yet."""
+    target = jars_dir(component)
+    pom = DEPLOY_DIR / component / "pom.xml"
+    stamp = target / ".pom.sha256"
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
+    if target.is_dir() and any(target.glob("*.jar")) and stamp.exists() and stamp.read_text() == digest:
+        return target
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError(f"{target} is missing and `mvn` is not on PATH to fetch the {component} jars")
+    if target.exists():
+        shutil.rmtree(target)  # a stale set could mix versions of the same library
+    result = subprocess.run(  # noqa: S603
+        [mvn, "-q", "-B", "dependency:copy-dependencies"],
+        cwd=pom.parent,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        last = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise StackError(f"mvn copy-dependencies failed in {pom.parent}: {last[0]}")
+    stamp.write_text(digest)
+    return target
+
+
+def java() -> str:
+    path = shutil.which("java")
+    if path is None:
+        raise StackError("`java` (17+) is not on PATH; the Kafka brokers and s3proxy need it")
+    return path

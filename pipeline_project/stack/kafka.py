@@ -1,0 +1,281 @@
+"""A three-node Apache Kafka KRaft cluster (each node broker + controller) from the Maven Central jars."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import logging
+import subprocess
+import uuid
+from pathlib import Path
+
+from .errors import StackError
+from .jars import classpath, ensure_jars, java
+from .processes import ManagedProcess, port_in_use
+from .service import Service, ServiceStatus
+
+TOOL_ALIASES = {
+    "topics": "org.apache.kafka.tools.TopicCommand",
+    "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
+    "producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "cluster": "org.apache.kafka.tools.ClusterTool",
+    "configs": "kafka.admin.ConfigCommand",
+    "storage": "kafka.tools.StorageTool",
+}
+
+BROKER_DEFAULTS = {
+    "num.partitions": "8",
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "10",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.min.isr": "2",
+    "transaction.state.log.num.partitions": "10",
+    "share.coordinator.state.topic.replication.factor": "3",
+    "share.coordinator.state.topic.min.isr": "2",
+    "group.initial.rebalance.delay.ms": "0",
+    "auto.create.topics.enable": "false",
+}
+
+JVM_OPTS = (
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+)
+
+LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+"""
+
+TOOL_LOG4J2 = """\
+status = error
+appender.err.type = Console
+appender.err.name = ERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = ERR
+"""
+
+
+def kafka_uuid() -> str:
+    """A Kafka `Uuid` string (url-safe base64 of 16 random bytes), as `kafka-storage random-uuid` prints."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def tool_command(classname: str, *args: str, jvm_opts: tuple[str, ...] = ()) -> list[str]:
+    """argv that runs a Kafka tool class (or an alias from TOOL_ALIASES) from the stack's jars."""
+    ensure_jars("kafka")
+    tool_log = ensure_tool_log4j()
+    main = TOOL_ALIASES.get(classname, classname)
+    return [java(), "-Xmx512m", f"-Dlog4j2.configurationFile={tool_log}", *jvm_opts, "-cp", classpath("kafka"), main, *args]
+
+
+def ensure_tool_log4j() -> Path:
+    path = Path(classpath("kafka")).parent / "tools-log4j2.properties"
+    if not path.exists():
+        path.write_text(TOOL_LOG4J2)
+    return path
+
+
+def kafka_tool(classname: str, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    """Run one of Kafka's own tools (class name or alias such as "topics", "metadata-quorum") and capture its output."""
+    cmd = tool_command(classname, *args)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)  # noqa: S603
+    if check and result.returncode != 0:
+        last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise StackError(f"kafka tool {classname} exited with {result.returncode}: {last[0]}")
+    return result
+
+
+def _quiet_logger() -> logging.Logger:
+    logger = logging.getLogger("pipeline_project.stack.kafka.librdkafka")
+    logger.setLevel(logging.CRITICAL)
+    logger.propagate = False
+    return logger
+
+
+class KafkaService(Service):
+    name = "kafka"
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(range(1, len(self.config.kafka_ports) + 1))
+
+    def node_dir(self, node_id: int) -> Path:
+        return self.dir / f"broker-{node_id}"
+
+    def _controllers(self) -> list[str]:
+        return [f"{self.config.host}:{p}" for p in self.config.kafka_controller_ports]
+
+    def processes(self) -> list[ManagedProcess]:
+        procs = []
+        for node_id, port, cport in zip(
+            self.node_ids, self.config.kafka_ports, self.config.kafka_controller_ports, strict=True
+        ):
+            ndir = self.node_dir(node_id)
+            cmd = (
+                java(),
+                f"-Xms{self.config.kafka_heap}",
+                f"-Xmx{self.config.kafka_heap}",
+                *JVM_OPTS,
+                f"-Dlog4j2.configurationFile={ndir / 'log4j2.properties'}",
+                "-cp",
+                classpath("kafka"),
+                "kafka.Kafka",
+                str(ndir / "server.properties"),
+            )
+            procs.append(
+                ManagedProcess(
+                    name=f"kafka-{node_id}",
+                    cmd=cmd,
+                    pid_file=ndir / "kafka.pid",
+                    log_file=ndir / "server.log",
+                    ports=(port, cport),
+                    stop_timeout=30.0,
+                )
+            )
+        return procs
+
+    def server_properties(self, node_id: int) -> dict[str, str]:
+        host = self.config.host
+        port = self.config.kafka_ports[node_id - 1]
+        cport = self.config.kafka_controller_ports[node_id - 1]
+        return {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.quorum.bootstrap.servers": ",".join(self._controllers()),
+            "log.dirs": str(self.node_dir(node_id) / "data"),
+            **BROKER_DEFAULTS,
+        }
+
+    def prepare(self) -> None:
+        ensure_jars("kafka")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for node_id in self.node_ids:
+            ndir = self.node_dir(node_id)
+            (ndir / "data").mkdir(parents=True, exist_ok=True)
+            props = "".join(f"{k}={v}\n" for k, v in self.server_properties(node_id).items())
+            (ndir / "server.properties").write_text(props)
+            (ndir / "log4j2.properties").write_text(LOG4J2)
+        self._format_storage()
+
+    def _format_storage(self) -> None:
+        layout_file = self.dir / "storage.json"
+        voters_layout = {"controllers": self._controllers(), "nodes": self.node_ids}
+        if layout_file.exists():
+            formatted = json.loads(layout_file.read_text())
+            if formatted["layout"] != voters_layout:
+                raise StackError(
+                    f"Kafka storage in {self.dir} was formatted for controllers {formatted['layout']['controllers']}; "
+                    "run `pipeline-project stack down --services kafka --wipe` to reformat for the new ports"
+                )
+        else:
+            cluster_id = kafka_tool("storage", "random-uuid").stdout.strip()
+            directory_ids = {str(n): kafka_uuid() for n in self.node_ids}
+            formatted = {"cluster_id": cluster_id, "directory_ids": directory_ids, "layout": voters_layout}
+        initial = ",".join(
+            f"{n}@{c}:{formatted['directory_ids'][str(n)]}"
+            for n, c in zip(self.node_ids, self._controllers(), strict=True)
+        )
+        pending = [n for n in self.node_ids if not (self.node_dir(n) / "data" / "meta.properties").exists()]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(pending) or 1) as pool:
+            futures = {
+                n: pool.submit(
+                    kafka_tool,
+                    "storage",
+                    "format",
+                    "--cluster-id",
+                    formatted["cluster_id"],
+                    "--config",
+                    str(self.node_dir(n) / "server.properties"),
+                    "--initial-controllers",
+                    initial,
+                    "--ignore-formatted",
+                )
+                for n in pending
+            }
+            for future in futures.values():
+                future.result()
+        layout_file.write_text(json.dumps(formatted, indent=2))
+
+    @property
+    def cluster_id(self) -> str | None:
+        try:
+            return json.loads((self.dir / "storage.json").read_text())["cluster_id"]
+        except FileNotFoundError:
+            return None
+
+    def live_brokers(self, timeout: float = 2.0) -> dict[int, str]:
+        """Broker id -> host:port from the cluster metadata; empty when no broker answers."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.config.kafka_bootstrap, "logger": _quiet_logger()})
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except Exception:  # noqa: BLE001 - "not reachable" is the answer, whatever librdkafka raised
+            return {}
+        return {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
+
+    def controller_id(self, timeout: float = 2.0) -> int | None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.config.kafka_bootstrap, "logger": _quiet_logger()})
+        try:
+            cluster = admin.describe_cluster(request_timeout=timeout).result(timeout=timeout + 1)
+        except Exception:  # noqa: BLE001
+            return None
+        return cluster.controller.id if cluster.controller is not None else None
+
+    def status(self) -> list[ServiceStatus]:
+        procs = self.processes()
+        any_port = any(port_in_use(self.config.host, p) for p in self.config.kafka_ports)
+        brokers = self.live_brokers() if any_port else {}
+        controller = self.controller_id() if brokers else None
+        result = []
+        for node_id, mp, port in zip(self.node_ids, procs, self.config.kafka_ports, strict=True):
+            healthy = node_id in brokers and controller is not None
+            detail = f"{len(brokers)}/{len(procs)} brokers live"
+            if controller is not None:
+                detail += f", controller {controller}"
+            result.append(
+                ServiceStatus(
+                    name=mp.name,
+                    service=self.name,
+                    healthy=healthy,
+                    url=f"{self.config.host}:{port}",
+                    pid=mp.pid,
+                    detail=detail,
+                )
+            )
+        return result
