@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import shutil
 import subprocess
 import time
@@ -96,6 +98,21 @@ class Stack:
         progress: Progress = _noop,
     ) -> list[str]:
         """Start what is not running, wait until every chosen service is healthy. Returns the processes started."""
+        with self._lock():
+            return self._up(list(services), timeout, progress)
+
+    @contextlib.contextmanager
+    def _lock(self):
+        # Two `up`s at once (two test sessions) would race for the same ports; the second waits for the first.
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.state_dir / ".lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _up(self, services: list[str], timeout: float, progress: Progress) -> list[str]:
         chosen = [n for n in START_ORDER if n in set(services)]
         to_start: dict[str, list[ManagedProcess]] = {}
         for name in chosen:
@@ -105,17 +122,21 @@ class Stack:
             if missing:
                 to_start[name] = missing
 
-        self.state_dir.mkdir(parents=True, exist_ok=True)
         launched: dict[str, subprocess.Popen] = {}
-        for name in chosen:
-            if name not in to_start:
-                progress(f"{name}: already running")
-                continue
-            progress(f"{name}: starting {', '.join(mp.name for mp in to_start[name])}")
-            self.services[name].prepare()
-            for mp in to_start[name]:
-                launched[mp.name] = mp.spawn()
-        self._wait_healthy(chosen, launched, timeout, progress)
+        try:
+            for name in chosen:
+                if name not in to_start:
+                    progress(f"{name}: already running")
+                    continue
+                progress(f"{name}: starting {', '.join(mp.name for mp in to_start[name])}")
+                self.services[name].prepare()
+                for mp in to_start[name]:
+                    launched[mp.name] = mp.spawn()
+            self._wait_healthy(chosen, launched, timeout, progress)
+        except BaseException:
+            # A failed `up` leaves nothing half-started behind; what ran before it keeps running.
+            stop_all([self.process(n) for n in launched])
+            raise
         return list(launched)
 
     def _wait_healthy(
@@ -146,8 +167,16 @@ class Stack:
                 )
             time.sleep(0.5)
 
+    def stop(self, process_names: Iterable[str]) -> list[str]:
+        """Stop the named processes only (e.g. what one `up` returned)."""
+        return stop_all([self.process(n) for n in process_names])
+
     def down(self, services: Iterable[str] = SERVICES, wipe: bool = False, progress: Progress = _noop) -> list[str]:
         """Stop the processes this stack started (pid files), optionally delete their data. Returns the names stopped."""
+        with self._lock():
+            return self._down(list(services), wipe, progress)
+
+    def _down(self, services: list[str], wipe: bool, progress: Progress) -> list[str]:
         chosen = [n for n in STOP_ORDER if n in set(services)]
         stopped: list[str] = []
         for name in chosen:

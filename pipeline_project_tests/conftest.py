@@ -1,0 +1,73 @@
+"""Session fixtures shared by every test area.
+
+`stack` yields `Settings` for a healthy local stack (Kafka x3, S3, MLflow): it reuses a running one, or starts the
+missing services for this session and stops only those at the end (unless another test session still uses them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pipeline_project.settings import Settings
+from pipeline_project.stack import DEFAULT_SERVICES, Stack
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_corpus() -> Path:
+    corpus = REPO_ROOT.parent / "shared" / "corpus"
+    assert corpus.is_dir(), f"the shared corpus is expected at {corpus}"
+    return corpus
+
+
+def _register_session(users_dir: Path) -> Path:
+    users_dir.mkdir(parents=True, exist_ok=True)
+    marker = users_dir / str(os.getpid())
+    marker.touch()
+    return marker
+
+
+def _other_live_sessions(users_dir: Path) -> list[int]:
+    others = []
+    for marker in users_dir.glob("*"):
+        pid = int(marker.name) if marker.name.isdigit() else None
+        if pid is None or pid == os.getpid():
+            continue
+        if psutil.pid_exists(pid):
+            others.append(pid)
+        else:
+            marker.unlink(missing_ok=True)
+    return others
+
+
+@pytest.fixture(scope="session")
+def local_stack() -> Iterator[Stack]:
+    """The `Stack` object behind the `stack` fixture, healthy for the whole session."""
+    stack = Stack()
+    users_dir = stack.state_dir / "test-sessions"
+    marker = _register_session(users_dir)
+    started: list[str] = []
+    if not stack.is_healthy(DEFAULT_SERVICES):
+        started = stack.up(DEFAULT_SERVICES, timeout=300)
+    try:
+        yield stack
+    finally:
+        marker.unlink(missing_ok=True)
+        if started and not _other_live_sessions(users_dir):
+            stack.stop(started)
+
+
+@pytest.fixture(scope="session")
+def stack(local_stack: Stack) -> Settings:
+    return local_stack.settings()
