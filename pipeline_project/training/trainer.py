@@ -1,0 +1,244 @@
+"""A readable pre-training loop for DeepseekV3 (torchtitan style): one config, one loop.
+
+    for each batch: forward (bf16 autocast on CUDA) -> backward -> clip -> AdamW step -> expert-bias update
+
+The caller owns the model, the optimizer and the batch iterator, so the same loop serves tests
+(in-memory tensors), the Kafka loader, a fresh run and a resumed one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from pipeline_project.training.balancing import ExpertBalancer, ExpertLoad
+from pipeline_project.training.distributed import all_reduce_scalar, is_distributed
+from pipeline_project.training.presets import ModelPreset
+
+log = logging.getLogger(__name__)
+
+TRAIN_CONFIG_VERSION = 1
+
+
+class TrainConfig(BaseModel):
+    """Every knob of a training invocation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = TRAIN_CONFIG_VERSION
+    preset: ModelPreset = Field(default_factory=ModelPreset)
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    warmup_steps: int = 100
+    decay_steps: int = 10_000  # cosine from lr to min_lr over global steps [warmup, decay); min_lr after
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    batch_size: int = 8  # sequences per rank per step
+    seq_len: int = 512
+    max_steps: int | None = None  # steps in this invocation; None = until the data ends
+    grad_clip: float = 1.0
+    seed: int = 0
+    bias_update_speed: float = 1e-3  # DeepSeek-V3's gamma for the aux-loss-free balancing
+    log_every: int = 1
+    checkpoint_every: int | None = None  # also checkpoint inside the loop every N steps
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    step: int  # global step just completed (1-based)
+    loss: float
+    lr: float
+    grad_norm: float
+    tokens: int  # tokens trained this step, all ranks
+    tokens_seen: int  # tokens trained in this invocation, all ranks
+    tokens_per_s: float
+    step_time_s: float
+    data_wait_s: float
+    data_wait_fraction: float  # time blocked on next(batches) / step time
+    consumer_lag: float | None
+    expert_load: ExpertLoad
+
+    def as_metrics(self) -> dict[str, float]:
+        metrics = {
+            "loss": self.loss,
+            "lr": self.lr,
+            "grad_norm": self.grad_norm,
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_seen": float(self.tokens_seen),
+            "step_time_s": self.step_time_s,
+            "data_wait_fraction": self.data_wait_fraction,
+            **self.expert_load.as_metrics(),
+        }
+        if self.consumer_lag is not None:
+            metrics["consumer_lag"] = self.consumer_lag
+        return metrics
+
+
+@dataclass
+class TrainResult:
+    start_step: int
+    end_step: int
+    tokens: int  # all ranks
+    final_loss: float | None
+    losses: list[float] = field(default_factory=list)
+    stop_reason: Literal["max_steps", "data_exhausted"] = "data_exhausted"
+    data_state: Any = None  # data_state_fn() at the position after the last trained batch
+
+    @property
+    def steps(self) -> int:
+        return self.end_step - self.start_step
+
+
+def resolve_device(cfg: TrainConfig, local_rank: int = 0) -> torch.device:
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to `lr`, cosine decay to `min_lr` at `decay_steps`, then flat. `step` is 0-based global."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    if step >= cfg.decay_steps:
+        return cfg.min_lr
+    progress = (step - cfg.warmup_steps) / max(1, cfg.decay_steps - cfg.warmup_steps)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; no weight decay on norms and other 1-D parameters."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    on_cuda = next(model.parameters()).is_cuda
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=on_cuda or None)
+
+
+def _autocast(device: torch.device):
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train(
+    cfg: TrainConfig,
+    batches: Iterable[torch.Tensor],
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    start_step: int = 0,
+    on_step: Callable[[StepMetrics], None] | None = None,
+    lag_fn: Callable[[], float | None] | None = None,
+    data_state_fn: Callable[[], Any] | None = None,
+    on_checkpoint: Callable[[int, Any], None] | None = None,
+) -> TrainResult:
+    """Train on `batches` ([B, L] token ids) until `cfg.max_steps` or the data ends.
+
+    Under DDP every rank calls this; the loop stops as soon as any rank runs out of data, and
+    `on_step` runs on rank 0 only; `on_checkpoint(step, data_state)` runs on every rank (it may gather
+    the data states of all ranks before rank 0 saves).
+    `data_state_fn` snapshots the data position (e.g. the loader's state_dict) so the result and
+    each checkpoint record exactly the batches that were trained on.
+    """
+    device = next(model.parameters()).device
+    distributed = is_distributed()
+    is_main = not distributed or torch.distributed.get_rank() == 0
+    net: nn.Module = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if distributed else model
+    balancer = ExpertBalancer(model, cfg.bias_update_speed)
+    snapshot = data_state_fn or (lambda: None)
+    iterator: Iterator[torch.Tensor] = iter(batches)
+
+    result = TrainResult(start_step=start_step, end_step=start_step, tokens=0, final_loss=None)
+    model.train()
+    step = start_step
+    try:
+        while cfg.max_steps is None or step - start_step < cfg.max_steps:
+            data_state = snapshot()
+            t0 = time.perf_counter()
+            batch = next(iterator, None)
+            data_wait = time.perf_counter() - t0
+            # Every rank must take the same number of steps or the collectives hang.
+            if all_reduce_scalar(0.0 if batch is None else 1.0, "min", device) == 0.0:
+                result.data_state = data_state  # a fetched-but-untrained batch is not consumed
+                result.stop_reason = "data_exhausted"
+                break
+
+            lr = lr_at(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            input_ids = batch.to(device, non_blocking=True)
+            with _autocast(device):
+                loss = net(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            expert_load = balancer.step()
+            step += 1
+
+            loss_value = all_reduce_scalar(loss.item(), "sum", device) / (torch.distributed.get_world_size() if distributed else 1)
+            step_tokens = int(all_reduce_scalar(float(input_ids.numel()), "sum", device))
+            step_time = time.perf_counter() - t0
+            result.tokens += step_tokens
+            result.losses.append(loss_value)
+            result.final_loss = loss_value
+            result.end_step = step
+
+            is_last = cfg.max_steps is not None and step - start_step >= cfg.max_steps
+            if step % cfg.log_every == 0 or is_last:
+                lag = lag_fn() if lag_fn else None
+                if lag is not None:
+                    lag = all_reduce_scalar(float(lag), "sum", device)
+                metrics = StepMetrics(
+                    step=step,
+                    loss=loss_value,
+                    lr=lr,
+                    grad_norm=float(grad_norm),
+                    tokens=step_tokens,
+                    tokens_seen=result.tokens,
+                    tokens_per_s=step_tokens / step_time,
+                    step_time_s=step_time,
+                    data_wait_s=data_wait,
+                    data_wait_fraction=data_wait / step_time,
+                    consumer_lag=lag,
+                    expert_load=expert_load,
+                )
+                if is_main:
+                    log.info(
+                        "step %d loss %.4f lr %.2e %.0f tok/s data-wait %.1f%% expert imbalance %.2f",
+                        step, loss_value, lr, metrics.tokens_per_s, 100 * metrics.data_wait_fraction,
+                        expert_load.max_violation,
+                    )
+                    if on_step:
+                        on_step(metrics)
+            if on_checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                on_checkpoint(step, snapshot())
+        else:
+            result.stop_reason = "max_steps"
+            result.data_state = snapshot()
+    finally:
+        balancer.close()
+    return result
