@@ -29,6 +29,8 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.kbytes": 1 << 20,
     "delivery.timeout.ms": 120_000,
 }
+# librdkafka requires delivery.timeout.ms <= transaction.timeout.ms; brokers cap it at 15 min by default.
+TRANSACTIONAL_DEFAULTS: dict[str, Any] = {"transaction.timeout.ms": 300_000}
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
@@ -108,7 +110,13 @@ class KafkaSettings(BaseModel):
     def transactional_producer_config(self, transactional_id: str) -> dict[str, Any]:
         if not transactional_id:
             raise ValueError("transactional_id must be a non-empty string")
-        return {**self.producer_config(), "transactional.id": transactional_id}
+        return {
+            **self.common_config(),
+            **PRODUCER_DEFAULTS,
+            **TRANSACTIONAL_DEFAULTS,
+            **self.producer_overrides,
+            "transactional.id": transactional_id,
+        }
 
     def consumer_config(self, group_id: str | None = None) -> dict[str, Any]:
         # confluent-kafka insists on a group.id even for assign()-only consumers that never commit.
@@ -364,6 +372,16 @@ def _wait_for_leaders(admin: AdminClient, name: str, timeout_s: float) -> tuple[
 
 
 def _describe_topic_config(admin: AdminClient, name: str, timeout_s: float) -> dict[str, str]:
+    """Topic configs; retried while a just-created topic has not reached every broker's metadata."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
-    entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
-    return {k: e.value for k, e in entries.items()}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+            return {k: e.value for k, e in entries.items()}
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not retriable or time.monotonic() > deadline:
+                raise RuntimeError(f"describing topic {name!r} failed: {_err_str(exc)}") from None
+            time.sleep(0.2)

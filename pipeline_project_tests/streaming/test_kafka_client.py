@@ -43,6 +43,8 @@ def test_transactional_config_sets_id_and_keeps_idempotence():
     cfg = KafkaSettings(bootstrap_servers="a:1").transactional_producer_config("kafka_topic/2024-01")
     assert cfg["transactional.id"] == "kafka_topic/2024-01"
     assert cfg["enable.idempotence"] is True and cfg["acks"] == "all"
+    assert cfg["delivery.timeout.ms"] <= cfg["transaction.timeout.ms"]  # librdkafka refuses otherwise
+    assert "transaction.timeout.ms" not in KafkaSettings(bootstrap_servers="a:1").producer_config()
     with pytest.raises(ValueError):
         KafkaSettings(bootstrap_servers="a:1").transactional_producer_config("")
 

@@ -1,0 +1,44 @@
+"""Shared helpers of the streaming integration tests: unique topics and read-to-end consumption."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from pipeline_project.streaming.kafka_client import KafkaSettings
+
+
+def unique_topic(prefix: str) -> str:
+    return f"test-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def kafka_settings(stack, **kw) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=stack.kafka_bootstrap, **kw)
+
+
+def consume_all(settings: KafkaSettings, topic: str, *, isolation: str = "read_committed", timeout_s: float = 30.0):
+    """Every message of `topic` from the beginning to the end visible under `isolation`."""
+    consumer = settings.make_consumer(
+        overrides={"enable.partition.eof": True, "isolation.level": isolation}
+    )
+    try:
+        md = consumer.list_topics(topic=topic, timeout=10).topics[topic]
+        parts = sorted(md.partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        pending, out = set(parts), []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            assert time.monotonic() < deadline, f"did not reach the end of {topic} within {timeout_s}s"
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    raise KafkaException(err)
+                out.append(msg)
+        return out
+    finally:
+        consumer.close()

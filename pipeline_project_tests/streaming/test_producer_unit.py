@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+
+from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.producer import (
+    ProduceReport,
+    ProducerConfig,
+    _rechunk,
+    ledger_topic,
+    transactional_id_for,
+)
+
+
+def _arr(start, n, seq_len=3):
+    return np.arange(start * seq_len, (start + n) * seq_len, dtype=np.uint32).reshape(n, seq_len)
+
+
+def test_rechunk_groups_into_full_messages_and_keeps_order():
+    pieces = [_arr(0, 2), _arr(2, 0), _arr(2, 5), _arr(7, 1), _arr(8, 3)]
+    out = list(_rechunk(pieces, per_message=4))
+    assert [len(m) for m in out] == [4, 4, 3]
+    np.testing.assert_array_equal(np.concatenate(out), _arr(0, 11))
+
+
+def test_rechunk_splits_large_arrays_and_handles_empty_input():
+    out = list(_rechunk([_arr(0, 10)], per_message=3))
+    assert [len(m) for m in out] == [3, 3, 3, 1]
+    np.testing.assert_array_equal(np.concatenate(out), _arr(0, 10))
+    assert list(_rechunk([], per_message=3)) == []
+
+
+def test_report_ledger_json_round_trip():
+    r = ProduceReport(
+        topic="t", ledger_key="2024-01-01", content_hash="c0ffee", tokenizer_name="ds", tokenizer_hash="ab",
+        seq_len=4, offsets={0: (0, 9), 7: (3, 4)}, messages=12, blocks=40, tokens=160, bytes=640,
+        seconds=1.5, mb_per_s=0.1, transactional_id="tx", stage_seconds={"tokenize": 0.5},
+        kafka_stats={"tx_msgs": 12},
+    )
+    back = ProduceReport.from_ledger_json(r.to_ledger_json())
+    assert back == r
+    assert back.offsets == {0: (0, 9), 7: (3, 4)}
+    assert back.fingerprint() == ("c0ffee", "ab", 4)
+
+
+def test_names_and_config_defaults():
+    s = KafkaSettings(bootstrap_servers="a:1")
+    assert ledger_topic("blocks") == "blocks.ledger"
+    assert transactional_id_for(s, "blocks", "p1") == transactional_id_for(s, "blocks", "p1")
+    assert transactional_id_for(s, "blocks", "p1") != transactional_id_for(s, "blocks", "p2")
+    cfg = ProducerConfig()
+    assert cfg.max_message_bytes < 1_000_000
+    with pytest.raises(Exception):
+        ProducerConfig(max_message_bytes=0)
