@@ -1,0 +1,134 @@
+"""The main job in one command: stack up, upload a corpus, let the sensor pick it up, train, summarize."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import boto3
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from pipeline_project.demo.sample_corpus import SampleFile, generate
+from pipeline_project.settings import Settings
+
+console = Console()
+FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def files_from_dir(source: Path, prefix: str) -> list[SampleFile]:
+    files = [p for p in sorted(source.rglob("*")) if p.is_file()]
+    if not files:
+        raise SystemExit(f"--source {source}: no files found")
+    return [SampleFile(f"{prefix}{p.relative_to(source).as_posix()}", p.read_bytes()) for p in files]
+
+
+def upload(settings: Settings, files: list[SampleFile]) -> None:
+    s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, aws_access_key_id=settings.s3_access_key,
+                      aws_secret_access_key=settings.s3_secret_key, region_name=settings.s3_region)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("uploading to S3", total=len(files))
+        for f in files:
+            s3.put_object(Bucket=settings.bucket, Key=f.key, Body=f.data)
+            progress.advance(task)
+    console.print(f"uploaded {len(files)} objects ({sum(len(f.data) for f in files) / 1e6:.2f} MB) "
+                  f"to s3://{settings.bucket}/{files[0].key.rsplit('/', 2)[0]}/…")
+
+
+def _runs_since(instance, started: float):
+    from dagster import RunsFilter
+
+    return instance.get_runs(filters=RunsFilter(created_after=datetime.fromtimestamp(started, timezone.utc)))
+
+
+def wait_for_runs(instance, started: float, *, want: str, timeout_s: float, settle_s: float = 45.0,
+                  predicate=None) -> list:
+    """Wait until runs created since `started` that match `predicate` exist and have all finished,
+    and no new one has appeared for `settle_s` (eager downstream runs may follow a sensor run)."""
+    deadline = time.time() + timeout_s
+    last_change, seen = time.time(), {}
+    with console.status(f"waiting for {want}") as status:
+        while time.time() < deadline:
+            runs = [r for r in _runs_since(instance, started) if predicate is None or predicate(r)]
+            state = {r.run_id: r.status.value for r in runs}
+            if state != seen:
+                seen, last_change = state, time.time()
+                for r in runs:
+                    console.log(f"run {r.run_id[:8]} {r.job_name} {r.tags.get('dagster/partition', '')} {r.status.value}")
+            done = runs and all(s in FINISHED for s in state.values())
+            status.update(f"waiting for {want}: {len(runs)} runs, "
+                          f"{sum(s in FINISHED for s in state.values())} finished")
+            if done and time.time() - last_change >= settle_s:
+                return runs
+            time.sleep(2)
+    raise SystemExit(f"timed out after {timeout_s:.0f}s waiting for {want}; see the Dagster UI")
+
+
+def _partitions_of(runs) -> list[str]:
+    return sorted({r.tags["dagster/partition"] for r in runs if "dagster/partition" in r.tags})
+
+
+def _meta(instance, key: str, partition: str | None = None) -> dict:
+    from pipeline_project.assets.partitions import latest_materialization_metadata
+    from dagster import AssetKey
+
+    return latest_materialization_metadata(instance, AssetKey(key), partition)
+
+
+def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: dict) -> Table:
+    totals = {"documents in": 0, "kept": 0, "dropped": 0, "quarantined": 0, "blocks in Kafka": 0, "tokens in Kafka": 0}
+    for p in partitions:
+        c = _meta(instance, "cleaned_shards", p)
+        k = _meta(instance, "kafka_topic", p)
+        totals["documents in"] += int(c.get("documents_in", 0))
+        totals["kept"] += int(c.get("kept", 0))
+        totals["dropped"] += int(c.get("dropped", 0))
+        totals["quarantined"] += int(c.get("quarantined", 0))
+        totals["blocks in Kafka"] += int(k.get("blocks", 0))
+        totals["tokens in Kafka"] += int(k.get("tokens", 0))
+    table = Table(title="pipeline summary", show_header=False)
+    for name, value in totals.items():
+        table.add_row(name, f"{value:,}")
+    table.add_row("batches", ", ".join(partitions))
+    for label, key in [("training steps", "steps"), ("final loss", "final_loss"), ("checkpoint", "checkpoint_uri"),
+                       ("MLflow run", "mlflow_run_url")]:
+        table.add_row(label, str(ckpt_meta.get(key, "-")))
+    table.add_row("Dagster UI", settings.dagster_url)
+    table.add_row("MLflow UI", settings.mlflow_tracking_uri)
+    return table
+
+
+def run_demo(source: Path | None, timeout_s: float, stack) -> None:
+    from dagster import DagsterInstance
+    from dagster_graphql import DagsterGraphQLClient
+
+    settings: Settings = stack.config.settings()
+    os.environ["DAGSTER_HOME"] = str(stack.config.dagster_home)
+    instance = DagsterInstance.get()
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    prefix = f"{settings.raw_prefix}demo-{stamp}/"
+    files = files_from_dir(source, prefix) if source else [
+        SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data) for f in generate()]
+    started = time.time()
+    upload(settings, files)
+
+    ingest = wait_for_runs(instance, started, want="the S3 sensor's ingest runs", timeout_s=timeout_s,
+                           predicate=lambda r: "dagster/partition" in r.tags)
+    failed = [r for r in ingest if r.status.value != "SUCCESS"]
+    if failed:
+        raise SystemExit(f"{len(failed)} ingest run(s) failed, e.g. {failed[0].run_id}; see {settings.dagster_url}/runs")
+    partitions = _partitions_of(ingest)
+
+    train_started = time.time()
+    client = DagsterGraphQLClient("127.0.0.1", port_number=int(settings.dagster_url.rsplit(":", 1)[-1]))
+    run_id = client.submit_job_execution("train_checkpoint", tags={"pipeline/demo": stamp})
+    console.print(f"training: run {run_id[:8]} ({settings.dagster_url}/runs/{run_id})")
+    train = wait_for_runs(instance, train_started, want="training", timeout_s=timeout_s, settle_s=0,
+                          predicate=lambda r: r.run_id == run_id)
+    if train[0].status.value != "SUCCESS":
+        raise SystemExit(f"training run {run_id} failed; see {settings.dagster_url}/runs/{run_id}")
+    console.print(summarize(instance, settings, partitions, _meta(instance, "deepseek_checkpoint")))
