@@ -171,7 +171,7 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
         s, topic, iter(texts), tokenizer=tok, seq_len=SEQ, source="zh_reviews+shakespeare",
         ledger_key="batch-tok", content_hash="ht", config=ProducerConfig(text_batch_docs=64),
     )
-    assert set(report.stage_seconds) == {"read", "tokenize", "pack", "produce"}
+    assert set(report.stage_seconds) == {"setup", "read", "tokenize", "pack", "produce"}
     assert report.stage_seconds["tokenize"] > 0
 
     expected = np.concatenate(list(BlockPacker(SEQ, tok.eos_id).pack_all([tok.encode_batch(texts)])))
