@@ -195,3 +195,29 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
     stream = np.concatenate([got[k] for k in order])
     np.testing.assert_array_equal(stream, expected)
     assert tok.decode(stream[0][: len(tok.encode_batch([texts[0]])[0])]) == texts[0]
+
+
+def test_delivery_failure_inside_transaction_raises_and_aborts(stack):
+    s = kafka_settings(stack)
+    topic = unique_topic("reject")
+    ensure_topic(s.make_admin(), topic, config={"max.message.bytes": 4096})
+    from pipeline_project.streaming.kafka_client import DeliveryError
+
+    with pytest.raises(DeliveryError) as ei:
+        produce_blocks(
+            s, topic, [_blocks(6, 40)], tokenizer=FakeTok, seq_len=SEQ, source="shard-big",
+            ledger_key="batch-big", content_hash="hb", config=ProducerConfig(max_message_bytes=SEQ * 4 * 20),
+        )
+    assert ei.value.topic == topic and ei.value.partition in range(8)
+    assert consume_all(s, topic) == []
+    assert "batch-big" not in read_ledger(s, topic)
+
+
+def test_empty_input_is_recorded_once(topic_and_settings):
+    topic, s = topic_and_settings
+    kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-e", ledger_key="batch-empty", content_hash="he")
+    first = produce_blocks(s, topic, [], **kw)
+    assert (first.blocks, first.messages, first.offsets, first.reused) == (0, 0, {}, False)
+    assert produce_blocks(s, topic, [], **kw).reused
+    assert consume_all(s, topic) == []
+    assert read_ledger(s, topic)["batch-empty"].blocks == 0
