@@ -52,7 +52,9 @@ def max_blocks_per_message(seq_len: int, max_bytes: int = DEFAULT_MAX_MESSAGE_BY
         raise ValueError(f"seq_len must be positive, got {seq_len}")
     block_bytes = seq_len * TOKEN_BYTES
     if block_bytes > max_bytes:
-        raise ValueError(f"one block of seq_len {seq_len} is {block_bytes} bytes, over the {max_bytes}-byte message limit")
+        raise ValueError(
+            f"one block of seq_len {seq_len} is {block_bytes} bytes, over the {max_bytes}-byte message limit"
+        )
     return max_bytes // block_bytes
 
 

@@ -132,7 +132,9 @@ def ensure_ledger_topic(admin: Any, topic: str, timeout_s: float = 30.0) -> None
 def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[str, ProduceReport]:
     """All committed ledger entries of `topic`, latest per key (tombstones remove a key)."""
     name = ledger_topic(topic)
-    consumer = settings.make_consumer(overrides={"enable.partition.eof": True})
+    consumer = settings.make_consumer(
+        overrides={"enable.partition.eof": True, "isolation.level": "read_committed"}
+    )
     try:
         md = consumer.list_topics(topic=name, timeout=timeout_s).topics.get(name)
         if md is None or md.error is not None:
