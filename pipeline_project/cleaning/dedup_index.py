@@ -1,0 +1,172 @@
+"""Cross-batch dedup index: exact content hashes, MinHash band hashes and signatures of every kept document.
+
+Stored as sorted numpy arrays (key -> entry number) so that lookups are one vectorized searchsorted per
+batch and memory is a few hundred bytes per document (see `stats`). Serialized with `to_bytes` for S3.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import zstandard
+
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    batch_id: str
+    doc_id: str
+
+    def __str__(self) -> str:
+        return f"{self.batch_id}/{self.doc_id}"
+
+
+def _sorted(keys: np.ndarray, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(keys, kind="stable")
+    return keys[order], entries[order]
+
+
+def _lookup(sorted_keys: np.ndarray, entries: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Entry number of each query key, or -1."""
+    if sorted_keys.size == 0 or queries.size == 0:
+        return np.full(queries.shape, -1, dtype=np.int64)
+    pos = np.searchsorted(sorted_keys, queries)
+    pos_c = np.minimum(pos, sorted_keys.size - 1)
+    hit = sorted_keys[pos_c] == queries
+    return np.where(hit, entries[pos_c].astype(np.int64), -1)
+
+
+class DedupIndex:
+    def __init__(self, num_perm: int = 112, num_bands: int = 14):
+        self.num_perm = num_perm
+        self.num_bands = num_bands
+        self.batches: list[str] = []
+        self.doc_ids: list[str] = []
+        self.doc_batch = np.zeros(0, dtype=np.uint32)
+        self.exact_keys = np.zeros(0, dtype=np.uint64)
+        self.exact_entries = np.zeros(0, dtype=np.uint32)
+        self.band_keys = np.zeros(0, dtype=np.uint64)
+        self.band_entries = np.zeros(0, dtype=np.uint32)
+        self.signatures = np.zeros((0, num_perm), dtype=np.uint32)
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def entry(self, number: int) -> IndexEntry:
+        return IndexEntry(self.batches[int(self.doc_batch[number])], self.doc_ids[number])
+
+    def lookup_exact(self, keys: np.ndarray) -> np.ndarray:
+        return _lookup(self.exact_keys, self.exact_entries, np.asarray(keys, dtype=np.uint64))
+
+    def lookup_bands(self, band_keys: np.ndarray) -> np.ndarray:
+        """band_keys: (docs, bands) -> (docs, bands) entry numbers or -1."""
+        keys = np.asarray(band_keys, dtype=np.uint64)
+        return _lookup(self.band_keys, self.band_entries, keys.ravel()).reshape(keys.shape)
+
+    def add(
+        self,
+        batch_id: str,
+        doc_ids: list[str],
+        exact_keys: np.ndarray | None,
+        band_keys: np.ndarray | None,
+        signatures: np.ndarray | None,
+    ) -> None:
+        """Add one batch's kept documents; rows without a MinHash signature carry all-zero bands and are skipped."""
+        if not doc_ids:
+            return
+        if batch_id in self.batches:
+            self.drop_batch(batch_id)
+        if batch_id not in self.batches:
+            self.batches.append(batch_id)
+        b = self.batches.index(batch_id)
+        start = len(self.doc_ids)
+        numbers = np.arange(start, start + len(doc_ids), dtype=np.uint32)
+        self.doc_ids.extend(doc_ids)
+        self.doc_batch = np.concatenate([self.doc_batch, np.full(len(doc_ids), b, dtype=np.uint32)])
+        if exact_keys is None:
+            exact_keys = np.zeros(len(doc_ids), dtype=np.uint64)
+        self.exact_keys, self.exact_entries = _sorted(
+            np.concatenate([self.exact_keys, np.asarray(exact_keys, dtype=np.uint64)]),
+            np.concatenate([self.exact_entries, numbers]),
+        )
+        if signatures is None:
+            signatures = np.zeros((len(doc_ids), self.num_perm), dtype=np.uint32)
+            band_keys = np.zeros((len(doc_ids), self.num_bands), dtype=np.uint64)
+        self.signatures = np.concatenate([self.signatures, np.asarray(signatures, dtype=np.uint32)])
+        band_keys = np.asarray(band_keys, dtype=np.uint64)
+        valid = (band_keys != 0).any(axis=1)
+        new_keys = band_keys[valid].ravel()
+        new_entries = np.repeat(numbers[valid], self.num_bands)
+        self.band_keys, self.band_entries = _sorted(
+            np.concatenate([self.band_keys, new_keys]), np.concatenate([self.band_entries, new_entries])
+        )
+
+    def drop_batch(self, batch_id: str) -> None:
+        """Forget a batch (a re-run of the same batch must not find itself)."""
+        if batch_id not in self.batches:
+            return
+        b = self.batches.index(batch_id)
+        keep = self.doc_batch != b
+        if keep.all():
+            return
+        renumber = np.cumsum(keep, dtype=np.int64) - 1
+        self.doc_ids = [d for d, k in zip(self.doc_ids, keep.tolist()) if k]
+        self.doc_batch = self.doc_batch[keep]
+        self.signatures = self.signatures[keep]
+        mask = keep[self.exact_entries]
+        self.exact_keys = self.exact_keys[mask]
+        self.exact_entries = renumber[self.exact_entries[mask]].astype(np.uint32)
+        mask = keep[self.band_entries]
+        self.band_keys = self.band_keys[mask]
+        self.band_entries = renumber[self.band_entries[mask]].astype(np.uint32)
+
+    @property
+    def stats(self) -> dict:
+        arrays = (self.doc_batch, self.exact_keys, self.exact_entries, self.band_keys, self.band_entries, self.signatures)
+        array_bytes = sum(a.nbytes for a in arrays)
+        id_bytes = sum(len(d) + 49 for d in self.doc_ids)  # CPython str header is ~49 bytes
+        entries = len(self.doc_ids)
+        return {
+            "entries": entries,
+            "batches": len(self.batches),
+            "bytes": array_bytes + id_bytes,
+            "bytes_per_doc": round((array_bytes + id_bytes) / entries, 1) if entries else 0.0,
+        }
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        meta = {
+            "format": _FORMAT,
+            "num_perm": self.num_perm,
+            "num_bands": self.num_bands,
+            "batches": self.batches,
+            "doc_ids": self.doc_ids,
+        }
+        np.savez(
+            buf,
+            meta=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
+            doc_batch=self.doc_batch,
+            exact_keys=self.exact_keys,
+            exact_entries=self.exact_entries,
+            band_keys=self.band_keys,
+            band_entries=self.band_entries,
+            signatures=self.signatures,
+        )
+        return zstandard.ZstdCompressor(level=3).compress(buf.getvalue())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> DedupIndex:
+        raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+            if meta["format"] != _FORMAT:
+                raise ValueError(f"unknown DedupIndex format {meta['format']}")
+            index = cls(num_perm=meta["num_perm"], num_bands=meta["num_bands"])
+            index.batches, index.doc_ids = meta["batches"], meta["doc_ids"]
+            for name in ("doc_batch", "exact_keys", "exact_entries", "band_keys", "band_entries", "signatures"):
+                setattr(index, name, z[name])
+        return index

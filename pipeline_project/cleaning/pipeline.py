@@ -1,0 +1,130 @@
+"""The cleaning chain: read records in, kept / dropped / quarantined out, with per-step counts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline_project.cleaning.config import CleaningConfig
+from pipeline_project.cleaning.dedup_index import DedupIndex
+from pipeline_project.cleaning.records import Document, Dropped, Quarantined
+from pipeline_project.cleaning.steps import (
+    BoilerplateStrip,
+    C4Quality,
+    EncodingRepair,
+    ExactDedup,
+    FineWebQuality,
+    GopherQuality,
+    GopherRepetition,
+    LanguageID,
+    MinHashDedup,
+    NonEmpty,
+    PIIMasking,
+    RunContext,
+    Step,
+    StepStats,
+)
+from pipeline_project.cleaning.steps.dedup import EXACT_KEY, MINHASH_KEY
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CleaningResult:
+    kept: list[Document] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    step_stats: list[StepStats] = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+
+    def removal_table_markdown(self) -> str:
+        rows = [
+            "| step | in | dropped | dropped % | modified | seconds | reasons |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for s in self.step_stats:
+            pct = 100.0 * s.dropped / s.docs_in if s.docs_in else 0.0
+            reasons = ", ".join(f"{r}: {c}" for r, c in s.reasons.most_common(6)) or "-"
+            rows.append(f"| {s.name} | {s.docs_in} | {s.dropped} | {pct:.1f} | {s.modified} | {s.seconds:.2f} | {reasons} |")
+        c = self.counts
+        rows.append(f"| **total** | {c.get('in', 0)} | {c.get('dropped', 0) + c.get('quarantined', 0)} | | | | kept {c.get('kept', 0)} |")
+        return "\n".join(rows)
+
+
+def build_steps(config: CleaningConfig) -> list[Step]:
+    """The chain in FineWeb's order; dedup before PII so masks never hide a duplicate."""
+    c = config
+    candidates: list[tuple[bool, callable]] = [
+        (c.encoding.enabled, lambda: EncodingRepair(c.encoding)),
+        (c.boilerplate.enabled, lambda: BoilerplateStrip(c.boilerplate)),
+        (True, NonEmpty),
+        (c.language.enabled, lambda: LanguageID(c.language)),
+        (c.gopher_repetition.enabled, lambda: GopherRepetition(c.gopher_repetition)),
+        (c.gopher_quality.enabled, lambda: GopherQuality(c.gopher_quality)),
+        (c.c4.enabled, lambda: C4Quality(c.c4)),
+        (c.fineweb.enabled, lambda: FineWebQuality(c.fineweb)),
+        (c.dedup.exact.enabled, ExactDedup),
+        (c.dedup.minhash.enabled, lambda: MinHashDedup(c.dedup.minhash)),
+        (c.pii.enabled, lambda: PIIMasking(c.pii)),
+    ]
+    return [make() for enabled, make in candidates if enabled]
+
+
+class CleaningPipeline:
+    def __init__(self, config: CleaningConfig | None = None):
+        self.config = config or CleaningConfig()
+        self.steps = build_steps(self.config)
+
+    def run(
+        self, items: Iterable[Document | Quarantined], batch_id: str, index: DedupIndex | None = None
+    ) -> CleaningResult:
+        docs: list[Document] = []
+        quarantined: list[Quarantined] = []
+        for item in items:
+            (quarantined if isinstance(item, Quarantined) else docs).append(item)
+        n_in = len(docs) + len(quarantined)
+        read = StepStats("read", docs_in=n_in, dropped=len(quarantined), reasons=Counter(q.reason for q in quarantined))
+        read.notes["encoding_converted"] = sum(1 for d in docs if d.meta.get("encoding", "utf-8") not in ("utf-8", "utf-8-sig"))
+        result = CleaningResult(quarantined=quarantined, step_stats=[read])
+
+        ctx = RunContext(batch_id=batch_id, index=index, scope=self.config.dedup.scope)
+        if ctx.use_index:
+            index.drop_batch(batch_id)  # a re-run of this batch replaces its own entries
+        for step in self.steps:
+            stats = StepStats(step.name, docs_in=len(docs))
+            start = time.perf_counter()
+            docs, dropped = step.run(docs, ctx, stats)
+            stats.seconds = time.perf_counter() - start
+            result.dropped.extend(dropped)
+            result.step_stats.append(stats)
+            log.info("%s: %d in, %d dropped in %.2fs", step.name, stats.docs_in, stats.dropped, stats.seconds)
+        result.kept = docs
+        if ctx.use_index:
+            self._commit(index, batch_id, docs)
+        for doc in docs:
+            for key in ("_words", EXACT_KEY, MINHASH_KEY):
+                doc.__dict__.pop(key, None)
+        result.counts = {
+            "in": n_in,
+            "kept": len(result.kept),
+            "dropped": len(result.dropped),
+            "quarantined": len(result.quarantined),
+        }
+        assert n_in == len(result.kept) + len(result.dropped) + len(result.quarantined), result.counts
+        return result
+
+    def _commit(self, index: DedupIndex, batch_id: str, docs: list[Document]) -> None:
+        """Only documents that survived the whole chain become the originals later batches are compared with."""
+        exact = np.array([d.__dict__.get(EXACT_KEY, 0) for d in docs], dtype=np.uint64)
+        sigs = np.zeros((len(docs), index.num_perm), dtype=np.uint32)
+        bands = np.zeros((len(docs), index.num_bands), dtype=np.uint64)
+        for i, d in enumerate(docs):
+            mh = d.__dict__.get(MINHASH_KEY)
+            if mh is not None:
+                sigs[i], bands[i] = mh
+        index.add(batch_id, [d.id for d in docs], exact, bands, sigs)

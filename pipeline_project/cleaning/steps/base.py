@@ -1,0 +1,79 @@
+"""A step has one job and a `name`; it returns the documents it keeps and the ones it drops, with a reason."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pipeline_project.cleaning.records import Document, Dropped
+from pipeline_project.cleaning.text import split_words
+
+
+@dataclass
+class RunContext:
+    batch_id: str
+    index: object | None = None  # DedupIndex, typed loosely to keep steps import-light
+    scope: str = "global"
+
+    @property
+    def use_index(self) -> bool:
+        return self.index is not None and self.scope == "global"
+
+
+@dataclass
+class StepStats:
+    name: str
+    docs_in: int = 0
+    dropped: int = 0
+    modified: int = 0
+    seconds: float = 0.0
+    reasons: Counter = field(default_factory=Counter)
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def docs_out(self) -> int:
+        return self.docs_in - self.dropped
+
+
+class Step:
+    name = "step"
+
+    def run(self, docs: list[Document], ctx: RunContext, stats: StepStats) -> tuple[list[Document], list[Dropped]]:
+        raise NotImplementedError
+
+
+class DocFilter(Step):
+    """Per-document step. `check` returns a drop reason, or None to keep (it may rewrite doc.text)."""
+
+    def check(self, doc: Document) -> str | None:
+        raise NotImplementedError
+
+    def run(self, docs, ctx, stats):
+        kept, dropped = [], []
+        for doc in docs:
+            before = doc.text
+            reason = self.check(doc)
+            if reason is None:
+                kept.append(doc)
+                if doc.text is not before and doc.text != before:
+                    stats.modified += 1
+            else:
+                stats.reasons[reason] += 1
+                dropped.append(Dropped.of(doc, self.name, reason))
+        stats.dropped += len(dropped)
+        return kept, dropped
+
+
+def doc_lang(doc: Document) -> str:
+    return doc.meta.get("lang") or "en"
+
+
+def doc_words(doc: Document) -> list[str]:
+    """Words of the current text, computed once per text and language and shared by the filters."""
+    lang = doc_lang(doc)
+    cached = doc.__dict__.get("_words")
+    if cached is not None and cached[0] is doc.text and cached[1] == lang:
+        return cached[2]
+    words = split_words(doc.text, lang)
+    doc.__dict__["_words"] = (doc.text, lang, words)
+    return words

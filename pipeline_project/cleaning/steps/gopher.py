@@ -1,0 +1,174 @@
+"""Gopher quality and repetition rules (Rae et al. 2021, table A1), thresholds as in DataTrove 0.10.1."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from pipeline_project.cleaning.config import GopherQualityConfig, GopherRepetitionConfig
+from pipeline_project.cleaning.steps.base import DocFilter, doc_lang, doc_words
+from pipeline_project.cleaning.text import is_word
+
+_PARAGRAPHS = re.compile(r"\n{2,}")
+_LINES = re.compile(r"\n+")
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+class GopherQuality(DocFilter):
+    name = "gopher_quality"
+
+    def __init__(self, cfg: GopherQualityConfig):
+        self.cfg = cfg
+        self.stop_words = {lang: frozenset(words) for lang, words in cfg.stop_words.items()}
+
+    def _limit(self, lang: str, field: str):
+        overrides = self.cfg.lang_overrides.get(lang, {})
+        return overrides[field] if field in overrides else getattr(self.cfg, field)
+
+    def check(self, doc):
+        text, lang = doc.text, doc_lang(doc)
+        words = doc_words(doc)
+        lim = lambda f: self._limit(lang, f)  # noqa: E731
+        n_words = len(words)
+        content = [w for w in words if is_word(w)]
+        n = len(content)
+        if (m := lim("min_doc_words")) and n < m:
+            return "gopher_short_doc"
+        if (m := lim("max_doc_words")) and n > m:
+            return "gopher_long_doc"
+        if n == 0:
+            return "gopher_short_doc"
+        avg = sum(map(len, content)) / n
+        if (m := lim("min_avg_word_length")) and avg < m:
+            return "gopher_below_avg_threshold"
+        if (m := lim("max_avg_word_length")) and avg > m:
+            return "gopher_above_avg_threshold"
+        if m := lim("max_symbol_word_ratio"):
+            if text.count("#") / n_words > m:
+                return "gopher_too_many_hashes"
+            if (text.count("...") + text.count("…")) / n_words > m:
+                return "gopher_too_many_ellipsis"
+        lines = text.splitlines()
+        if (m := lim("max_bullet_lines_ratio")) and lines:
+            bullets = sum(1 for s in lines if s.lstrip().startswith(("•", "-")))
+            if bullets / len(lines) > m:
+                return "gopher_too_many_bullets"
+        if (m := lim("max_ellipsis_lines_ratio")) and lines:
+            ends = sum(1 for s in lines if s.rstrip().endswith(("...", "…")))
+            if ends / len(lines) > m:
+                return "gopher_too_many_end_ellipsis"
+        if m := lim("max_non_alpha_words_ratio"):
+            alpha = sum(1 for w in words if any(c.isalpha() for c in w))
+            if alpha / n_words < m:
+                return "gopher_below_alpha_threshold"
+        stop = self.stop_words.get(lang)
+        if (m := lim("min_stop_words")) and stop is not None and len(stop.intersection(words)) < m:
+            return "gopher_enough_stop_words"
+        return None
+
+
+def _groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For equal keys: first position of each group, group sizes, and sorted positions in groups of 2+."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    starts = np.flatnonzero(np.concatenate(([True], sk[1:] != sk[:-1])))
+    counts = np.diff(np.append(starts, sk.size))
+    size_at = np.repeat(counts, counts)
+    return order[starts], counts, np.sort(order[size_at >= 2])
+
+
+def _dup_count_chars(items: list[str]) -> tuple[int, int]:
+    seen: set[str] = set()
+    dups = chars = 0
+    for item in items:
+        if item in seen:
+            dups += 1
+            chars += len(item)
+        else:
+            seen.add(item)
+    return dups, chars
+
+
+class GopherRepetition(DocFilter):
+    """Same rules as DataTrove's GopherRepetitionFilter; n-grams are compared as 64-bit rolling hashes of
+    word hashes instead of joined strings, which is where that filter spends its time."""
+
+    name = "gopher_repetition"
+
+    def __init__(self, cfg: GopherRepetitionConfig):
+        self.cfg = cfg
+
+    def check(self, doc):
+        cfg, text = self.cfg, doc.text
+        if not text:
+            return "empty"
+        paragraphs = _PARAGRAPHS.split(text.strip())
+        dups, chars = _dup_count_chars(paragraphs)
+        if cfg.dup_para_frac and dups / len(paragraphs) > cfg.dup_para_frac:
+            return "dup_para_frac"
+        if cfg.dup_para_char_frac and chars / len(text) > cfg.dup_para_char_frac:
+            return "dup_para_char_frac"
+        lines = _LINES.split(text)
+        dups, chars = _dup_count_chars(lines)
+        if cfg.dup_line_frac and dups / len(lines) > cfg.dup_line_frac:
+            return "dup_line_frac"
+        if cfg.dup_line_char_frac and chars / len(text) > cfg.dup_line_char_frac:
+            return "dup_line_char_frac"
+
+        words = doc_words(doc)
+        if not words:
+            return None
+        hashes = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+        cum = np.concatenate(([0], np.cumsum(lengths)))
+        keys_by_n = {1: hashes}
+        keys = hashes
+        for n in range(2, max(self._all_n()) + 1):
+            if len(words) < n:
+                break
+            keys = keys[:-1] * _MIX + hashes[n - 1 :]
+            keys_by_n[n] = keys
+        for n, frac in cfg.top_n_grams:
+            if n not in keys_by_n:
+                continue
+            first, counts, _ = _groups(keys_by_n[n])
+            top = counts.max()
+            pos = first[counts == top].min()  # Counter.most_common keeps first-seen order on ties
+            ngram_len = int(cum[pos + n] - cum[pos]) + n - 1  # " ".join length
+            if ngram_len * int(top) / len(text) > frac:
+                return f"top_{n}_gram"
+        for n, frac in cfg.dup_n_grams:
+            if n not in keys_by_n:
+                continue
+            repeated = self._greedy_repeated_chars(keys_by_n[n], cum, n)
+            if repeated / len(text) > frac:
+                return f"duplicated_{n}_n_grams"
+        return None
+
+    def _all_n(self):
+        return [n for n, _ in self.cfg.top_n_grams] + [n for n, _ in self.cfg.dup_n_grams] + [1]
+
+    @staticmethod
+    def _greedy_repeated_chars(keys: np.ndarray, cum: np.ndarray, n: int) -> int:
+        """Scan left to right; a repeated n-gram counts its characters and skips n words ("".join length).
+
+        Positions whose n-gram occurs once in the whole document can never be "seen", so the scan only
+        visits positions of n-grams that occur at least twice."""
+        _, _, repeated_pos = _groups(keys)
+        if repeated_pos.size == 0:
+            return 0
+        seen: set[int] = set()
+        repeated, idx = 0, 0
+        key_list = keys[repeated_pos].tolist()
+        cum_list = cum.tolist()
+        for pos, key in zip(repeated_pos.tolist(), key_list):
+            if pos < idx:
+                continue  # inside an n-gram already counted as repeated
+            if key in seen:
+                repeated += cum_list[pos + n] - cum_list[pos]
+                idx = pos + n
+            else:
+                seen.add(key)
+                idx = pos + 1
+        return repeated
