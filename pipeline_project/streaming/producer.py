@@ -81,6 +81,7 @@ class ProduceReport:
     mb_per_s: float
     transactional_id: str
     reused: bool = False
+    source: str = ""
     stage_seconds: dict[str, float] = field(default_factory=dict)
     kafka_stats: dict[str, float] = field(default_factory=dict)
     packing: dict[str, int] = field(default_factory=dict)
@@ -162,6 +163,69 @@ def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) ->
         return entries
     finally:
         consumer.close()
+
+
+class ProducedDataMismatch(RuntimeError):
+    """The topic does not hold what a ProduceReport claims."""
+
+
+def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Read back the report's offset ranges (read_committed) and check its messages and blocks are there.
+
+    Messages in the ranges are matched by their `src` header (other materializations may interleave
+    in the same partitions, so give each materialization its own source id), decoded with the report's seq_len and tokenizer hash, and counted.
+    Raises ProducedDataMismatch (or MalformedMessageError) on any difference.
+    """
+    from pipeline_project.streaming.format import decode_message, read_header
+
+    topic = report.topic
+    consumer = settings.make_consumer(
+        overrides={"enable.partition.eof": True, "isolation.level": "read_committed"}
+    )
+    per_partition: dict[int, int] = {}
+    messages = blocks = 0
+    try:
+        consumer.assign([TopicPartition(topic, p, first) for p, (first, _) in report.offsets.items()])
+        pending = dict(report.offsets)
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise ProducedDataMismatch(f"{topic}: ranges {pending} not fully readable within {timeout_s:g}s")
+            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+                p = msg.partition()
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and p in pending:
+                        raise ProducedDataMismatch(
+                            f"{topic}[{p}] ends at {msg.offset()} before the claimed last offset {pending[p][1]}"
+                        )
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(err)
+                    continue
+                if p not in pending or msg.offset() > pending[p][1]:
+                    continue
+                where = dict(topic=topic, partition=p, offset=msg.offset())
+                header = read_header(msg.headers(), **where)
+                if msg.offset() == pending[p][1]:
+                    del pending[p]
+                    consumer.incremental_unassign([TopicPartition(topic, p)])
+                if header.source != report.source:
+                    continue
+                arr = decode_message(
+                    msg.value(), msg.headers(), expected_seq_len=report.seq_len,
+                    expected_tokenizer_hash=report.tokenizer_hash, **where,
+                )
+                per_partition[p] = per_partition.get(p, 0) + 1
+                messages += 1
+                blocks += len(arr)
+    finally:
+        consumer.close()
+    if (messages, blocks) != (report.messages, report.blocks):
+        raise ProducedDataMismatch(
+            f"{topic}: read {messages} messages / {blocks} blocks in the claimed ranges, "
+            f"the report claims {report.messages} / {report.blocks}"
+        )
+    return {"messages": messages, "blocks": blocks, "messages_per_partition": per_partition}
 
 
 def _rechunk(blocks_iter: Iterable[np.ndarray], per_message: int) -> Iterator[np.ndarray]:
@@ -280,6 +344,7 @@ def produce_blocks(
             seconds=seconds,
             mb_per_s=nbytes / seconds / 1e6 if seconds > 0 else 0.0,
             transactional_id=txid,
+            source=source,
             stage_seconds=stage,
             packing=_packer.stats() if _packer else {},
         )

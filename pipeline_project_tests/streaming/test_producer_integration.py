@@ -15,7 +15,9 @@ from pipeline_project.streaming.producer import (
     ledger_topic,
     produce_blocks,
     read_ledger,
+    ProducedDataMismatch,
     tokenize_and_produce,
+    verify_produced,
 )
 from pipeline_project.streaming.tokenizer import load_tokenizer
 
@@ -84,6 +86,9 @@ def test_produce_blocks_writes_all_blocks_with_offsets_and_spread(topic_and_sett
     assert {read_header(m.headers(), topic=topic, partition=0, offset=0).source for m in msgs} == {"shard-a"}
     got = np.concatenate([decoded[k] for k in sorted(decoded)])
     assert got.shape == (203, SEQ)
+    checked = verify_produced(s, report)
+    assert (checked["messages"], checked["blocks"]) == (41, 203)
+    assert checked["messages_per_partition"] == {p: len(o) for p, o in by_part.items()}
     # every block arrives exactly once
     assert sorted(map(bytes, got)) == sorted(map(bytes, blocks))
 
@@ -221,3 +226,47 @@ def test_empty_input_is_recorded_once(topic_and_settings):
     assert produce_blocks(s, topic, [], **kw).reused
     assert consume_all(s, topic) == []
     assert read_ledger(s, topic)["batch-empty"].blocks == 0
+
+
+def test_verify_produced_detects_claims_the_topic_does_not_hold(topic_and_settings):
+    topic, s = topic_and_settings
+    kw = dict(tokenizer=FakeTok, seq_len=SEQ, content_hash="hv", config=SMALL)
+    mine = produce_blocks(s, topic, [_blocks(7, 16)], source="shard-v1", ledger_key="batch-v1", **kw)
+    other = produce_blocks(s, topic, [_blocks(8, 16)], source="shard-v2", ledger_key="batch-v2", **kw)
+    assert verify_produced(s, mine)["blocks"] == 16
+    assert verify_produced(s, other)["blocks"] == 16
+    from dataclasses import replace
+
+    with pytest.raises(ProducedDataMismatch, match="claims 5 / 17"):
+        verify_produced(s, replace(mine, messages=5, blocks=17))
+    p, (first, last) = next(iter(mine.offsets.items()))
+    beyond = replace(mine, offsets={**mine.offsets, p: (first, last + 1000)})
+    with pytest.raises(ProducedDataMismatch, match="before the claimed last offset"):
+        verify_produced(s, beyond, timeout_s=20)
+
+
+def test_kafkas_own_console_consumer_reads_the_reported_ranges(topic_and_settings):
+    from pipeline_project.stack.kafka import kafka_tool
+
+    topic, s = topic_and_settings
+    report = produce_blocks(
+        s, topic, [_blocks(10, 30)], tokenizer=FakeTok, seq_len=SEQ, source="shard-cc",
+        ledger_key="batch-cc", content_hash="hcc", config=SMALL,
+    )
+    res = kafka_tool(
+        "console-consumer", "--bootstrap-server", s.bootstrap_servers, "--topic", topic, "--from-beginning",
+        "--max-messages", str(report.messages), "--isolation-level", "read_committed", "--timeout-ms", "30000",
+        "--property", "print.partition=true", "--property", "print.offset=true",
+        "--property", "print.headers=true", "--property", "print.value=false",
+        timeout=120,
+    )
+    seen = {}
+    for line in res.stdout.splitlines():
+        if not line.startswith("Partition:"):
+            continue
+        part, off, headers = line.split("\t")
+        p, o = int(part.split(":")[1]), int(off.split(":")[1])
+        assert f"seq_len:{SEQ}" in headers and "src:shard-cc" in headers and "fmt:1" in headers
+        seen.setdefault(p, []).append(o)
+    assert {p: (min(o), max(o)) for p, o in seen.items()} == report.offsets
+    assert sum(len(o) for o in seen.values()) == report.messages == 6
