@@ -124,6 +124,8 @@ class FineWebConfig(_Step):
     line_punct_exclude_zero: bool = False
     short_line_thr: float = 0.67
     short_line_length: int = 30
+    # a 30-character Chinese line is a full sentence, not a menu item
+    short_line_length_by_lang: dict[str, int] = Field(default_factory=lambda: {"zh": 10, "ja": 10})
     char_duplicates_ratio: float = 0.01
     new_line_ratio: float = 0.3
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline_project.cleaning.config import FineWebConfig
-from pipeline_project.cleaning.steps.base import DocFilter, doc_words
+from pipeline_project.cleaning.steps.base import DocFilter, doc_lang, doc_words
 from pipeline_project.cleaning.steps.gopher import _dup_count_chars
 from pipeline_project.cleaning.text import TERMINAL_PUNCTUATION
 
@@ -22,7 +22,8 @@ class FineWebQuality(DocFilter):
         ratio = sum(1 for line in lines if line.endswith(TERMINAL_PUNCTUATION)) / len(lines)
         if ratio < cfg.line_punct_thr and not (ratio == 0 and cfg.line_punct_exclude_zero):
             return "line_punct_ratio"
-        ratio = sum(1 for line in lines if len(line) <= cfg.short_line_length) / len(lines)
+        short = cfg.short_line_length_by_lang.get(doc_lang(doc), cfg.short_line_length)
+        ratio = sum(1 for line in lines if len(line) <= short) / len(lines)
         if ratio > cfg.short_line_thr:
             return "short_line_ratio"
         ratio = _dup_count_chars(lines)[1] / max(len(text) - text.count("\n"), 1)
