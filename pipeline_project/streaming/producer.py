@@ -101,6 +101,33 @@ class ProduceReport:
         d["offsets"] = {int(p): (int(r[0]), int(r[1])) for p, r in d["offsets"].items()}
         return cls(**d)
 
+    def offsets_markdown(self) -> str:
+        rows = [f"| {p} | {first} | {last} | {last - first + 1} |" for p, (first, last) in sorted(self.offsets.items())]
+        return "\n".join(["| partition | first offset | last offset | offsets |", "|---|---|---|---|", *rows])
+
+    def to_metadata(self) -> dict[str, Any]:
+        """Flat, JSON-friendly summary for asset metadata (the Dagster layer wraps the values)."""
+        return {
+            "topic": self.topic,
+            "ledger_key": self.ledger_key,
+            "reused": self.reused,
+            "blocks": self.blocks,
+            "tokens": self.tokens,
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "seq_len": self.seq_len,
+            "tokenizer": self.tokenizer_name,
+            "tokenizer_hash": self.tokenizer_hash,
+            "content_hash": self.content_hash,
+            "seconds": round(self.seconds, 3),
+            "mb_per_s": round(self.mb_per_s, 2),
+            "offsets": {str(p): [first, last] for p, (first, last) in sorted(self.offsets.items())},
+            "offsets_table": self.offsets_markdown(),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "kafka_stats": self.kafka_stats,
+            "packing": self.packing,
+        }
+
     def fingerprint(self) -> tuple[str, str, int]:
         return (self.content_hash, self.tokenizer_hash, self.seq_len)
 

@@ -178,6 +178,8 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
     )
     assert set(report.stage_seconds) == {"setup", "read", "tokenize", "pack", "produce"}
     assert report.stage_seconds["tokenize"] > 0
+    assert report.kafka_stats["samples"] >= 1  # librdkafka statistics were collected
+    assert report.to_metadata()["blocks"] == report.blocks
 
     expected = np.concatenate(list(BlockPacker(SEQ, tok.eos_id).pack_all([tok.encode_batch(texts)])))
     assert report.blocks == len(expected) > 10

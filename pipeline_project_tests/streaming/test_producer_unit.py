@@ -51,3 +51,18 @@ def test_names_and_config_defaults():
     assert cfg.max_message_bytes < 1_000_000
     with pytest.raises(Exception):
         ProducerConfig(max_message_bytes=0)
+
+
+def test_report_metadata_is_json_friendly_with_offsets_table():
+    import json
+
+    r = ProduceReport(
+        topic="t", ledger_key="k", content_hash="c", tokenizer_name="ds", tokenizer_hash="ab", seq_len=4,
+        offsets={3: (10, 12), 0: (0, 4)}, messages=8, blocks=8, tokens=32, bytes=128, seconds=2.0,
+        mb_per_s=0.5, transactional_id="tx",
+    )
+    md = r.to_metadata()
+    json.dumps(md)
+    assert md["offsets"] == {"0": [0, 4], "3": [10, 12]}
+    assert md["offsets_table"].splitlines()[2:] == ["| 0 | 0 | 4 | 5 |", "| 3 | 10 | 12 | 3 |"]
+    assert (md["blocks"], md["tokens"], md["reused"]) == (8, 32, False)
