@@ -12,8 +12,11 @@ before the ledger is read.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import queue
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -52,6 +55,7 @@ class ProducerConfig(BaseModel):
     ledger_read_timeout_s: float = Field(default=30.0, gt=0)
     statistics_interval_ms: int = Field(default=500, ge=0)
     text_batch_docs: int = Field(default=512, gt=0)  # texts per encode_batch call
+    prefetch_batches: int = Field(default=2, ge=0)  # text batches read ahead in a thread (0: inline)
     pad_tail: bool = False  # see packing.BlockPacker.flush
 
 
@@ -416,26 +420,76 @@ class _StageTimer:
         self.seconds: dict[str, float] = {"read": 0.0, "tokenize": 0.0, "pack": 0.0}
 
 
+def prefetch_batches(texts: Iterable[str], batch_docs: int, depth: int) -> Iterator[list[str]]:
+    """Batches of `batch_docs` texts, read ahead by a background thread (up to `depth` batches).
+
+    Reading (S3 I/O, decompression) then overlaps tokenization, whose Rust batch call releases
+    the GIL. An exception in the reader is re-raised here; closing the generator stops the reader.
+    """
+    if depth <= 0:
+        it = iter(texts)
+        while batch := list(itertools.islice(it, batch_docs)):
+            yield batch
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> None:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def reader() -> None:
+        try:
+            it = iter(texts)
+            while not stop.is_set() and (batch := list(itertools.islice(it, batch_docs))):
+                put(("batch", batch))
+            put(("end", None))
+        except BaseException as exc:  # handed to the consuming thread
+            put(("error", exc))
+
+    thread = threading.Thread(target=reader, name="text-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, payload = q.get()
+            if kind == "batch":
+                yield payload
+            elif kind == "error":
+                raise payload
+            else:
+                return
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
 def _timed_blocks(
-    texts: Iterable[str], tokenizer: Any, packer: BlockPacker, batch_docs: int, pad_tail: bool, timer: _StageTimer
+    texts: Iterable[str], tokenizer: Any, packer: BlockPacker, config: ProducerConfig, timer: _StageTimer
 ) -> Iterator[np.ndarray]:
-    it = iter(texts)
-    while True:
-        t0 = time.perf_counter()
-        batch = [t for _, t in zip(range(batch_docs), it)]
-        t1 = time.perf_counter()
-        timer.seconds["read"] += t1 - t0
-        if not batch:
-            break
-        ids = tokenizer.encode_batch(batch)
-        t2 = time.perf_counter()
-        out = packer.add(ids)
-        timer.seconds["tokenize"] += t2 - t1
-        timer.seconds["pack"] += time.perf_counter() - t2
-        if len(out):
-            yield out
+    batches = prefetch_batches(texts, config.text_batch_docs, config.prefetch_batches)
+    try:
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            t1 = time.perf_counter()
+            timer.seconds["read"] += t1 - t0  # time spent waiting on the reader
+            if batch is None:
+                break
+            ids = tokenizer.encode_batch(batch)
+            t2 = time.perf_counter()
+            out = packer.add(ids)
+            timer.seconds["tokenize"] += t2 - t1
+            timer.seconds["pack"] += time.perf_counter() - t2
+            if len(out):
+                yield out
+    finally:
+        batches.close()
     t0 = time.perf_counter()
-    last = packer.flush(pad=pad_tail)
+    last = packer.flush(pad=config.pad_tail)
     timer.seconds["pack"] += time.perf_counter() - t0
     if len(last):
         yield last
@@ -457,8 +511,9 @@ def tokenize_and_produce(
     """texts -> DeepSeek tokenizer (batch API) -> BlockPacker -> produce_blocks, with per-stage timings.
 
     `tokenizer` is a `TokenizerInfo`. Texts are only read when the ledger does not already hold
-    this key. `stage_seconds` has read / tokenize / pack / produce (produce = time not spent in the
-    other stages, i.e. serialising and waiting on Kafka).
+    this key; they are read ahead in a background thread (`config.prefetch_batches`).
+    `stage_seconds` has setup / read / tokenize / pack / produce: read is time spent waiting on
+    the reader, produce is the rest of the produce loop (serialising, waiting on Kafka).
     """
     config = config or ProducerConfig()
     packer = BlockPacker(seq_len, tokenizer.eos_id)
@@ -466,7 +521,7 @@ def tokenize_and_produce(
     return produce_blocks(
         settings,
         topic,
-        _timed_blocks(texts, tokenizer, packer, config.text_batch_docs, config.pad_tail, timer),
+        _timed_blocks(texts, tokenizer, packer, config, timer),
         tokenizer=tokenizer,
         seq_len=seq_len,
         source=source,

@@ -6,6 +6,7 @@ from pipeline_project.streaming.producer import (
     ProduceReport,
     ProducerConfig,
     _rechunk,
+    prefetch_batches,
     ledger_topic,
     transactional_id_for,
 )
@@ -66,3 +67,39 @@ def test_report_metadata_is_json_friendly_with_offsets_table():
     assert md["offsets"] == {"0": [0, 4], "3": [10, 12]}
     assert md["offsets_table"].splitlines()[2:] == ["| 0 | 0 | 4 | 5 |", "| 3 | 10 | 12 | 3 |"]
     assert (md["blocks"], md["tokens"], md["reused"]) == (8, 32, False)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_prefetch_batches_keeps_order_and_sizes(depth):
+    texts = (f"doc {i}" for i in range(23))
+    out = list(prefetch_batches(texts, batch_docs=5, depth=depth))
+    assert [len(b) for b in out] == [5, 5, 5, 5, 3]
+    assert [t for b in out for t in b] == [f"doc {i}" for i in range(23)]
+
+
+def test_prefetch_batches_reraises_reader_errors():
+    def texts():
+        yield from ("a", "b", "c")
+        raise OSError("S3 connection reset")
+
+    gen = prefetch_batches(texts(), batch_docs=2, depth=2)
+    assert next(gen) == ["a", "b"]
+    with pytest.raises(OSError, match="connection reset"):
+        list(gen)
+
+
+def test_prefetch_batches_close_stops_the_reader():
+    import threading
+
+    pulled = []
+
+    def texts():
+        for i in range(10_000):
+            pulled.append(i)
+            yield str(i)
+
+    gen = prefetch_batches(texts(), batch_docs=10, depth=2)
+    assert len(next(gen)) == 10
+    gen.close()
+    assert not any(t.name == "text-prefetch" and t.is_alive() for t in threading.enumerate())
+    assert len(pulled) < 100  # bounded read-ahead, then stopped
