@@ -155,6 +155,8 @@ def download_prefix(s3, bucket: str, prefix: str, directory: str | Path) -> Path
     prefix = prefix.strip("/") + "/"
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
+            if obj["Key"].endswith("/"):  # directory markers of filesystem-backed S3 servers
+                continue
             target = directory / obj["Key"][len(prefix):]
             target.parent.mkdir(parents=True, exist_ok=True)
             s3.download_file(bucket, obj["Key"], str(target))

@@ -23,6 +23,7 @@ class TrainingState:
     tokens_seen: int = 0
     data_states: list[Any] = field(default_factory=list)  # loader states of all ranks, [] when fresh
     resumed_from: Path | None = None
+    meta: dict[str, Any] = field(default_factory=dict)  # the checkpoint's ResumeState.meta
 
 
 def build_training_state(
@@ -48,6 +49,7 @@ def build_training_state(
         tokens_seen=resume.tokens_seen,
         data_states=resume.data_states,
         resumed_from=checkpoint_dir,
+        meta=resume.meta,
     )
 
 

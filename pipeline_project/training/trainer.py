@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -54,6 +54,11 @@ class TrainConfig(BaseModel):
     log_every: int = 1
     checkpoint_every: int | None = None  # also checkpoint inside the loop every N steps
     device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("max_steps")
+    @classmethod
+    def _zero_means_unbounded(cls, value: int | None) -> int | None:
+        return value if value and value > 0 else None
 
 
 @dataclass(frozen=True)

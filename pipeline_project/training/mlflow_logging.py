@@ -1,0 +1,167 @@
+"""MLflow logging for one training invocation, through `MlflowClient` (no fluent global run: we are a library).
+
+One run per invocation, tagged with the Dagster run id and the data partitions consumed; flat params
+(model config, optimisation settings, tokenizer) so two runs compare side by side; per-step metrics
+sent in batches; MLflow system metrics for that run id; the HF weights as a logged model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from importlib.metadata import version as _version
+from typing import Any
+
+import mlflow
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
+
+log = logging.getLogger(__name__)
+
+_MAX_PARAMS_PER_BATCH = 100
+_MAX_METRICS_PER_BATCH = 1000
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dicts -> {"a.b": "value"} with values as MLflow param strings."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            flat[name] = text[:MAX_PARAM_VAL_LENGTH]
+    return flat
+
+
+@contextlib.contextmanager
+def _tracking_uri(uri: str) -> Iterator[None]:
+    """mlflow's model-logging helpers resolve the tracking URI globally; point it at ours for the call."""
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+class MlflowRun:
+    """One MLflow run for one training invocation. Create with `MlflowRun.start(...)`."""
+
+    def __init__(self, client: MlflowClient, tracking_uri: str, experiment_id: str, run_id: str, flush_every: int = 50):
+        self.client = client
+        self.tracking_uri = tracking_uri.rstrip("/")
+        self.experiment_id = experiment_id
+        self.run_id = run_id
+        self.flush_every = flush_every
+        self._pending: list[Metric] = []
+        self._system_monitor = None
+
+    @classmethod
+    def start(
+        cls,
+        tracking_uri: str,
+        experiment_name: str,
+        *,
+        run_name: str | None = None,
+        dagster_run_id: str | None = None,
+        partitions: list[str] | None = None,
+        tags: Mapping[str, str] | None = None,
+        system_metrics: bool = True,
+        system_metrics_interval_s: float = 10.0,
+    ) -> MlflowRun:
+        client = MlflowClient(tracking_uri)
+        experiment_id = get_or_create_experiment(client, experiment_name)
+        all_tags = dict(tags or {})
+        if dagster_run_id:
+            all_tags["dagster_run_id"] = dagster_run_id
+        if partitions is not None:
+            all_tags["data_partitions"] = ",".join(partitions)[:MAX_TAG_VAL_LENGTH]
+            all_tags["data_partition_count"] = str(len(partitions))
+        run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
+        tracker = cls(client, tracking_uri, experiment_id, run.info.run_id)
+        if partitions is not None and len(",".join(partitions)) > MAX_TAG_VAL_LENGTH:
+            client.log_dict(run.info.run_id, {"partitions": partitions}, "data_partitions.json")
+        if system_metrics:
+            tracker.start_system_metrics(system_metrics_interval_s)
+        return tracker
+
+    @property
+    def url(self) -> str:
+        return f"{self.tracking_uri}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+    def start_system_metrics(self, interval_s: float = 10.0) -> None:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self._system_monitor = SystemMetricsMonitor(
+            self.run_id, sampling_interval=interval_s, samples_before_logging=1, tracking_uri=self.tracking_uri
+        )
+        self._system_monitor.start()
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        items = [Param(k, v) for k, v in flatten(params).items()]
+        for i in range(0, len(items), _MAX_PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=items[i : i + _MAX_PARAMS_PER_BATCH], synchronous=True)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        items = [RunTag(k, str(v)[:MAX_TAG_VAL_LENGTH]) for k, v in tags.items()]
+        self.client.log_batch(self.run_id, tags=items, synchronous=True)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Buffered; sent with log_batch every `flush_every` steps' worth and on flush()/end()."""
+        timestamp = int(time.time() * 1000)
+        self._pending.extend(Metric(k, float(v), timestamp, step) for k, v in metrics.items())
+        if len(self._pending) >= self.flush_every * max(1, len(metrics)):
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for i in range(0, len(pending), _MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=pending[i : i + _MAX_METRICS_PER_BATCH], synchronous=True)
+
+    def log_dict(self, data: Any, artifact_file: str) -> None:
+        self.client.log_dict(self.run_id, data, artifact_file)
+
+    def log_model(self, model: Any, tokenizer: Any, name: str = "model") -> str:
+        """Log the weights + tokenizer (not the optimizer) as this run's MLflow model; returns its model URI.
+
+        `model` is the unwrapped HF model, `tokenizer` a transformers tokenizer. (MLflow 3.17's
+        local-checkpoint path form fails on transformers 5 pipelines, so the objects are passed.)
+        """
+        with _tracking_uri(self.tracking_uri):
+            info = mlflow.transformers.log_model(
+                transformers_model={"model": model, "tokenizer": tokenizer},
+                name=name,
+                task="text-generation",
+                run_id=self.run_id,
+                # explicit: inferring them imports optional packages (torchvision) that are not installed
+                pip_requirements=[f"transformers=={_version('transformers')}", f"torch=={_version('torch')}"],
+            )
+        return info.model_uri
+
+    def end(self, status: str = "FINISHED") -> None:
+        try:
+            self.flush()
+        finally:
+            if self._system_monitor is not None:
+                self._system_monitor.finish()
+                self._system_monitor = None
+            self.client.set_terminated(self.run_id, status=status)
+
+
+def get_or_create_experiment(client: MlflowClient, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name)
+    except mlflow.exceptions.MlflowException:  # created concurrently by another invocation
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
