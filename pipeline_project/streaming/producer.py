@@ -81,8 +81,8 @@ class ProduceReport:
     blocks: int
     tokens: int
     bytes: int
-    seconds: float
-    mb_per_s: float
+    seconds: float  # the whole call: setup, reading/tokenizing the input, producing, commit
+    mb_per_s: float  # bytes / seconds
     transactional_id: str
     reused: bool = False
     source: str = ""
