@@ -22,11 +22,15 @@ import psutil
 from .errors import StackError
 
 
-def port_in_use(host: str, port: int) -> bool:
+def accepts_connections(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
-        if sock.connect_ex((host, port)) == 0:
-            return True
+        return sock.connect_ex((host, port)) == 0
+
+
+def port_in_use(host: str, port: int) -> bool:
+    if accepts_connections(host, port):
+        return True
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

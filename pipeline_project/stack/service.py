@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
 from .config import StackConfig
-from .processes import ManagedProcess
+from .processes import ManagedProcess, stop_all
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,10 @@ class Service(ABC):
 
     @abstractmethod
     def processes(self) -> list[ManagedProcess]: ...
+
+    def stop(self) -> list[str]:
+        """Stop this service's processes that the stack started; returns their names."""
+        return stop_all(self.processes())
 
     def prepare(self) -> None:
         """Write config files and initialise storage before any process starts; safe to call again."""

@@ -180,7 +180,7 @@ class Stack:
         chosen = [n for n in STOP_ORDER if n in set(services)]
         stopped: list[str] = []
         for name in chosen:
-            names = stop_all(self.services[name].processes())
+            names = self.services[name].stop()
             if names:
                 progress(f"{name}: stopped {', '.join(names)}")
             stopped.extend(names)
