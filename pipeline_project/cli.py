@@ -23,7 +23,12 @@ stack_app = typer.Typer(help="The embedded local stack: 3-broker Kafka (KRaft), 
                         no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(stack_app, name="stack")
 
-console = Console()
+# Aliases whose tool takes --bootstrap-server: the stack's brokers are filled in when the caller gives none.
+BOOTSTRAP_TOOLS = {"topics", "console-consumer", "console-producer", "metadata-quorum", "broker-api-versions",
+                   "consumer-perf-test", "get-offsets", "configs"}
+
+# Piped output (CI logs) gets a wide table instead of rich's 80-column fallback.
+console = Console() if sys.stdout.isatty() else Console(width=160)
 err_console = Console(stderr=True)
 
 StateDir = Annotated[
@@ -104,8 +109,11 @@ def down(
 
 def _print_status(statuses) -> None:
     table = Table(title="pipeline-project stack")
-    for col in ("process", "health", "url", "pid", "detail"):
-        table.add_column(col)
+    table.add_column("process", no_wrap=True)
+    table.add_column("health", no_wrap=True)
+    table.add_column("url", no_wrap=True)
+    table.add_column("pid", no_wrap=True)
+    table.add_column("detail", overflow="fold")
     for s in statuses:
         health = "[green]healthy[/green]" if s.healthy else "[red]down[/red]"
         pid = str(s.pid) if s.pid else ("external" if s.healthy else "-")
@@ -162,9 +170,13 @@ def kafka_tool_cmd(
     tool: Annotated[str, typer.Argument(help="Class name or alias: topics, console-consumer, metadata-quorum, "
                                              "broker-api-versions, producer-perf-test, consumer-perf-test, ...")],
 ) -> None:
-    """Run one of Kafka's own tools from the stack's jars, e.g. `kafka-tool topics --bootstrap-server ... --list`."""
+    """Run one of Kafka's own tools from the stack's jars, e.g. `kafka-tool topics --list` (the stack's brokers are
+    the default --bootstrap-server)."""
+    args = list(ctx.args)
+    if tool in BOOTSTRAP_TOOLS and not {"--bootstrap-server", "--bootstrap-controller"} & set(args):
+        args = ["--bootstrap-server", Stack().settings().kafka_bootstrap, *args]
     try:
-        cmd = tool_command(tool, *ctx.args)
+        cmd = tool_command(tool, *args)
     except StackError as err:
         raise _fail(err) from None
     sys.stdout.flush()

@@ -41,6 +41,10 @@ defs = dg.Definitions()
 '''
 
 DAEMON_HEALTH_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }"
+LOCATIONS_QUERY = (
+    "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
+    "locationOrLoadError { __typename ... on PythonError { message } } } } } }"
+)
 
 
 class DagsterService(Service):
@@ -97,19 +101,41 @@ class DagsterService(Service):
         if not definitions.exists():
             definitions.write_text(PLACEHOLDER_DEFINITIONS)
 
-    def daemon_health(self) -> dict[str, bool] | None:
+    def _graphql(self, query: str) -> dict | None:
         request = urllib.request.Request(
             self.config.dagster_url + "/graphql",
-            data=json.dumps({"query": DAEMON_HEALTH_QUERY}).encode(),
+            data=json.dumps({"query": query}).encode(),
             headers={"Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 - loopback
-                body = json.loads(resp.read())
-            statuses = body["data"]["instance"]["daemonHealth"]["allDaemonStatuses"]
+                return json.loads(resp.read())["data"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def daemon_health(self) -> dict[str, bool] | None:
+        data = self._graphql(DAEMON_HEALTH_QUERY)
+        try:
+            statuses = data["instance"]["daemonHealth"]["allDaemonStatuses"]
+        except (KeyError, TypeError):
+            return None
         return {s["daemonType"]: s["healthy"] for s in statuses if s["required"]}
+
+    def code_locations(self) -> dict[str, str]:
+        """Code location name -> "loaded", "loading" or the first line of its load error."""
+        data = self._graphql(LOCATIONS_QUERY)
+        try:
+            entries = data["workspaceOrError"]["locationEntries"]
+        except (KeyError, TypeError):
+            return {}
+        result = {}
+        for entry in entries:
+            loaded = entry.get("locationOrLoadError") or {}
+            if loaded.get("__typename") == "PythonError":
+                result[entry["name"]] = "error: " + loaded["message"].strip().splitlines()[0][:160]
+            else:
+                result[entry["name"]] = entry["loadStatus"].lower()
+        return result
 
     def status(self) -> list[ServiceStatus]:
         webserver, daemon = self.processes()
@@ -125,7 +151,7 @@ class DagsterService(Service):
                 healthy=web_ok,
                 url=self.config.dagster_url,
                 pid=webserver.pid,
-                detail=f"DAGSTER_HOME={self.home}",
+                detail="; ".join(f"{k}: {v}" for k, v in self.code_locations().items()) if web_ok else "",
             ),
             ServiceStatus(
                 name="dagster-daemon",

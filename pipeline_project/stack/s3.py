@@ -84,6 +84,6 @@ class S3Service(Service):
                 healthy=answer is not None,
                 url=self.config.s3_endpoint,
                 pid=mp.pid,
-                detail=f"s3proxy filesystem backend, buckets {', '.join(self.config.buckets)}",
+                detail=f"s3proxy, buckets: {', '.join(self.config.buckets)}",
             )
         ]
