@@ -27,8 +27,12 @@ def ensure_jars(component: str) -> Path:
     pom = DEPLOY_DIR / component / "pom.xml"
     stamp = target / ".pom.sha256"
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()
-    if target.is_dir() and any(target.glob("*.jar")) and stamp.exists() and stamp.read_text() == digest:
-        return target
+    if target.is_dir() and any(target.glob("*.jar")):
+        if not stamp.exists():
+            # Fetched by scripts/setup.sh (plain mvn) from this pom: adopt it.
+            stamp.write_text(digest)
+        if stamp.read_text() == digest:
+            return target
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError(f"{target} is missing and `mvn` is not on PATH to fetch the {component} jars")
