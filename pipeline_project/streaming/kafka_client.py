@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 log = logging.getLogger(__name__)
@@ -339,6 +339,8 @@ def ensure_topic(
             raise RuntimeError(f"creating topic {name!r} failed: {_err_str(exc)}") from None
 
     actual_partitions, actual_rf = _wait_for_leaders(admin, name, timeout_s)
+    if created:
+        _wait_for_offsets(admin, name, actual_partitions, timeout_s)
     actual_cfg = _describe_topic_config(admin, name, timeout_s)
 
     diffs = []
@@ -369,6 +371,26 @@ def _wait_for_leaders(admin: AdminClient, name: str, timeout_s: float) -> tuple[
             err = md.error.str() if md is not None and md.error is not None else "no leaders"
             raise RuntimeError(f"topic {name!r} not ready within {timeout_s:g}s: {err}")
         time.sleep(0.2)
+
+
+def _wait_for_offsets(admin: AdminClient, name: str, partitions: int, timeout_s: float) -> None:
+    """Wait until every partition leader answers ListOffsets: metadata can name a leader a moment
+    before that broker serves the new partition, and clients reading right away would fail."""
+    deadline = time.monotonic() + timeout_s
+    pending = {TopicPartition(name, p) for p in range(partitions)}
+    while pending:
+        futures = admin.list_offsets({tp: OffsetSpec.earliest() for tp in pending}, request_timeout=timeout_s)
+        for tp, fut in futures.items():
+            try:
+                fut.result(timeout=timeout_s)
+                pending.discard(tp)
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"topic {name!r} partitions not serving within {timeout_s:g}s: {_err_str(exc)}"
+                    ) from None
+        if pending:
+            time.sleep(0.2)
 
 
 def _describe_topic_config(admin: AdminClient, name: str, timeout_s: float) -> dict[str, str]:

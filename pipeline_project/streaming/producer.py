@@ -161,6 +161,19 @@ def ensure_ledger_topic(admin: Any, topic: str, timeout_s: float = 30.0) -> None
     )
 
 
+_TRANSIENT_CODES = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+}
+
+
+def _transient(err: KafkaError) -> bool:
+    return err.retriable() or err.code() in _TRANSIENT_CODES
+
+
 def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[str, ProduceReport]:
     """All committed ledger entries of `topic`, latest per key (tombstones remove a key)."""
     name = ledger_topic(topic)
@@ -185,6 +198,8 @@ def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) ->
                     if err.code() == KafkaError._PARTITION_EOF:
                         pending.discard(msg.partition())
                         continue
+                    if _transient(err):
+                        continue  # librdkafka retries on its own; the deadline bounds the wait
                     raise KafkaException(err)
                 key = (msg.key() or b"").decode()
                 if msg.value() is None:
@@ -230,7 +245,7 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
                         raise ProducedDataMismatch(
                             f"{topic}[{p}] ends at {msg.offset()} before the claimed last offset {pending[p][1]}"
                         )
-                    if err.code() != KafkaError._PARTITION_EOF:
+                    if err.code() != KafkaError._PARTITION_EOF and not _transient(err):
                         raise KafkaException(err)
                     continue
                 if p not in pending or msg.offset() > pending[p][1]:

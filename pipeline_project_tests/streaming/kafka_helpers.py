@@ -37,6 +37,8 @@ def consume_all(settings: KafkaSettings, topic: str, *, isolation: str = "read_c
                     if err.code() == KafkaError._PARTITION_EOF:
                         pending.discard(msg.partition())
                         continue
+                    if err.retriable() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        continue  # a just-created partition not served yet; the deadline bounds this
                     raise KafkaException(err)
                 out.append(msg)
         return out
