@@ -35,7 +35,7 @@ def deepseek_checkpoint(context: dg.AssetExecutionContext, s3: S3Resource, kafka
         seq_len=layout.seq_len,
         s3_endpoint=s3.endpoint_url,
         bucket=layout.bucket,
-        checkpoint_prefix=f"{layout.checkpoints_prefix}{trainer.run_name}/",
+        checkpoint_prefix=f"{layout.checkpoints_prefix}{trainer.run_name}",
         mlflow_tracking_uri=mlflow.tracking_uri,
         dagster_run_id=context.run_id,
         partitions=batches,

@@ -82,10 +82,129 @@ class SampleFile:
     data: bytes
 
 
-def _doc(rng: random.Random, pool: list[str], n: int, sep: str = " ") -> str:
+# Small grammars: each language's documents are sentences drawn from templates, so documents differ
+# the way real ones do (few shared 5-grams) while reading as prose. One quoted sentence from the
+# public-domain pool above opens each document.
+GRAMMAR = {
+    "en": {
+        "templates": [
+            "{name} {verb} the {adj} {noun} near the {place} {time}.",
+            "In the {place}, the {noun} was {adj}, and {name} {verb} it with {care}.",
+            "Nobody in the {place} had seen a {adj} {noun} since {name} {verb} one {time}.",
+            "{time_cap}, {name} wrote that the {noun} of the {place} was {adj} and {adj2}.",
+            "The {noun} {verb2} slowly while {name} waited by the {place}.",
+            "It was {adj} to think that the {noun} had been there for {num} years.",
+            "When the bells rang {time}, {name} hurried past the {place} without looking back.",
+            "Some said the {noun} belonged to a family from the {place}; others laughed at the idea.",
+            "{name} asked whether anyone remembered who {verb} the {noun}, but no one answered.",
+            "There were {num} of them on the road to the {place}, and every one was {adj2}.",
+            "By evening a {adj} light lay over the {place}, and {name} could hear the {noun} creak.",
+            "Whatever the reason, the {noun} stayed {adj}, much to the annoyance of {name}.",
+            "Letters from the {place} arrived {time}, each one shorter than the last.",
+            "{name} kept a {adj} notebook in which every {noun} of the district was listed.",
+        ],
+        "name": ["Margaret", "the old captain", "Thomas", "her brother", "the miller", "Eleanor", "the clerk",
+                 "Mr. Hale", "the doctor", "young Edward", "the widow", "Samuel", "the schoolmaster", "Anne"],
+        "verb": ["found", "carried", "painted", "mended", "described", "remembered", "sold", "watched", "measured",
+                 "counted", "buried", "opened"],
+        "verb2": ["turned", "settled", "drifted", "burned", "faded", "changed", "rose", "grew"],
+        "adj": ["quiet", "broken", "ancient", "narrow", "bright", "heavy", "curious", "forgotten", "silver",
+                "crooked", "gentle", "restless", "distant", "patient"],
+        "adj2": ["cold", "strange", "beautiful", "useless", "dangerous", "familiar", "wonderful", "dark"],
+        "noun": ["bridge", "lantern", "orchard", "letter", "clock", "boat", "garden", "map", "bell", "road",
+                 "window", "chapel", "harbour", "ledger", "piano", "mill"],
+        "place": ["river", "market", "station", "churchyard", "coast", "valley", "square", "library", "farm",
+                  "lighthouse", "inn", "hill"],
+        "time": ["last winter", "before dawn", "every Sunday", "in the spring", "after the storm",
+                 "at midnight", "during the war", "the following morning"],
+        "care": ["great care", "some impatience", "a steady hand", "quiet pride", "no help at all"],
+    },
+    "de": {
+        "templates": [
+            "{name} {verb} den {adj} {noun} am {place} {time}.",
+            "Am {place} war der {noun} {adj}, und {name} {verb} ihn mit {care}.",
+            "Seit {num} Jahren hatte niemand am {place} einen so {adj} {noun} gesehen.",
+            "{time_cap} schrieb {name}, dass der {noun} am {place} {adj} und {adj2} sei.",
+            "Als die Glocken {time} läuteten, eilte {name} ohne ein Wort am {place} vorbei.",
+            "Manche meinten, der {noun} gehöre einer Familie vom {place}, andere lachten darüber.",
+            "Es waren {num} Leute auf dem Weg zum {place}, und keiner von ihnen war {adj2}.",
+            "Am Abend lag ein {adj} Licht über dem {place}, und {name} hörte den {noun} knarren.",
+        ],
+        "name": ["der alte Müller", "Gretel", "der Lehrer", "Frau Berger", "der Kapitän", "Johann", "die Witwe",
+                 "der Förster", "Anna", "der Schreiber"],
+        "verb": ["fand", "trug", "malte", "reparierte", "beschrieb", "verkaufte", "beobachtete", "zählte"],
+        "adj": ["stillen", "alten", "schmalen", "hellen", "schweren", "seltsamen", "vergessenen", "krummen"],
+        "adj2": ["kalt", "fremd", "schön", "nutzlos", "gefährlich", "vertraut", "dunkel"],
+        "noun": ["Brunnen", "Wagen", "Garten", "Brief", "Turm", "Weg", "Schrank", "Stein", "Zaun", "Ofen"],
+        "place": ["Fluss", "Markt", "Bahnhof", "Waldrand", "Hafen", "Berg", "Dorfplatz", "See"],
+        "time": ["im letzten Winter", "vor Sonnenaufgang", "jeden Sonntag", "im Frühling", "nach dem Sturm",
+                 "um Mitternacht"],
+        "care": ["großer Sorgfalt", "wenig Geduld", "ruhiger Hand", "stillem Stolz"],
+    },
+    "fr": {
+        "templates": [
+            "{name} {verb} le {noun} {adj} près du {place} {time}.",
+            "Au bord du {place}, le {noun} était {adj}, et {name} le {verb} avec {care}.",
+            "Depuis {num} ans, personne au {place} n'avait vu un {noun} aussi {adj}.",
+            "{time_cap}, {name} écrivit que le {noun} du {place} était {adj} et {adj2}.",
+            "Quand les cloches sonnèrent {time}, {name} passa devant le {place} sans se retourner.",
+            "Certains disaient que le {noun} appartenait à une famille du {place}, d'autres en riaient.",
+            "Ils étaient {num} sur la route du {place}, et aucun d'eux n'était {adj2}.",
+            "Le soir, une lumière {adj} tombait sur le {place}, et {name} entendait grincer le {noun}.",
+        ],
+        "name": ["le vieux meunier", "Madeleine", "l'instituteur", "Madame Roche", "le capitaine", "Julien",
+                 "la veuve", "le notaire", "Claire", "le forgeron"],
+        "verb": ["trouva", "porta", "peignit", "répara", "décrivit", "vendit", "observa", "compta"],
+        "adj": ["tranquille", "ancien", "étroit", "lumineux", "lourd", "curieux", "oublié", "tordu"],
+        "adj2": ["froid", "étrange", "beau", "inutile", "dangereux", "familier", "sombre"],
+        "noun": ["pont", "jardin", "moulin", "registre", "clocher", "chemin", "bateau", "puits", "mur", "four"],
+        "place": ["fleuve", "marché", "port", "village", "canal", "bois", "lac", "quai"],
+        "time": ["l'hiver dernier", "avant l'aube", "chaque dimanche", "au printemps", "après l'orage",
+                 "à minuit"],
+        "care": ["un grand soin", "peu de patience", "une main sûre", "une fierté tranquille"],
+    },
+    "zh": {
+        "templates": [
+            "{time}，{name}在{place}{verb}了一座{adj}的{noun}。",
+            "{place}的{noun}很{adj}，{name}用了{num}天才把它{verb}好。",
+            "{name}说，{place}已经有{num}年没有见过这样{adj}的{noun}了。",
+            "{time}，{name}写信告诉家人，{place}的{noun}又{adj}又{adj2}。",
+            "钟声响起的时候，{name}匆匆走过{place}，没有回头。",
+            "有人说那{noun}属于{place}的一户人家，也有人觉得这是笑话。",
+            "去{place}的路上一共有{num}个人，谁也不觉得{adj2}。",
+            "傍晚，{place}笼罩在{adj}的光里，{name}听见{noun}吱吱作响。",
+        ],
+        "name": ["老船长", "村里的教书先生", "王大娘", "年轻的磨坊主", "李先生", "她的哥哥", "镇上的医生", "小明"],
+        "verb": ["修", "画", "找到", "卖掉", "看守", "记录", "搬走", "清理"],
+        "adj": ["古老", "安静", "狭窄", "明亮", "沉重", "奇怪", "破旧", "漂亮"],
+        "adj2": ["寒冷", "陌生", "危险", "熟悉", "黑暗", "美丽"],
+        "noun": ["石桥", "灯塔", "果园", "钟楼", "木船", "花园", "水井", "书架", "磨坊"],
+        "place": ["河边", "集市", "车站", "山脚下", "海边", "村口", "湖畔", "城里"],
+        "time": ["去年冬天", "天亮以前", "每个星期天", "春天的时候", "暴风雨过后", "半夜里"],
+    },
+}
+QUOTES = {"en": EN, "de": DE, "fr": FR, "zh": ZH}
+
+
+def _sentence(rng: random.Random, lang: str) -> str:
+    g = GRAMMAR[lang]
+    fields = {k: rng.choice(v) for k, v in g.items() if k != "templates"}
+    fields["num"] = str(rng.randint(2, 90))
+    fields["time_cap"] = fields["time"][:1].upper() + fields["time"][1:]
+    fields.setdefault("adj2", fields["adj"])
+    fields.setdefault("care", "")
+    sentence = rng.choice(g["templates"]).format(**fields)
+    return sentence[:1].upper() + sentence[1:]
+
+
+def _doc(rng: random.Random, lang: str, paragraphs: int = 4) -> str:
+    sep = "" if lang == "zh" else " "
     paras = []
-    for _ in range(max(1, n // 4)):
-        paras.append(sep.join(rng.sample(pool, k=min(len(pool), 4))))
+    for i in range(paragraphs):
+        sentences = [_sentence(rng, lang) for _ in range(rng.randint(3, 6))]
+        if i == 0:
+            sentences.insert(0, rng.choice(QUOTES[lang]))
+        paras.append(sep.join(sentences))
     return "\n\n".join(paras)
 
 
@@ -101,13 +220,13 @@ def _jsonl(docs: list[str], start: int = 0) -> bytes:
     return "".join(json.dumps({"id": f"d{start + i}", "text": t}, ensure_ascii=False) + "\n" for i, t in enumerate(docs)).encode()
 
 
-def generate(seed: int = 0, docs_per_language: int = 60) -> list[SampleFile]:
+def generate(seed: int = 0, docs_per_language: int = 150) -> list[SampleFile]:
     """Files under `raw/` as the demo uploads them: mixed formats, languages, duplicates and junk."""
     rng = random.Random(seed)
-    en = [_doc(rng, EN, 16) for _ in range(docs_per_language * 2)]
-    de = [_doc(rng, DE, 12) for _ in range(docs_per_language)]
-    fr = [_doc(rng, FR, 12) for _ in range(docs_per_language)]
-    zh = [_doc(rng, ZH, 12, sep="") for _ in range(docs_per_language)]
+    en = [_doc(rng, "en", rng.randint(2, 4)) for _ in range(docs_per_language * 2)]
+    de = [_doc(rng, "de", 2) for _ in range(docs_per_language)]
+    fr = [_doc(rng, "fr", 2) for _ in range(docs_per_language)]
+    zh = [_doc(rng, "zh", 3) for _ in range(docs_per_language)]
     dupes = [rng.choice(en) for _ in range(8)] + [rng.choice(zh) for _ in range(4)]
     near = [_near_duplicate(rng, rng.choice(en)) for _ in range(8)]
     pii = [
@@ -125,11 +244,11 @@ def generate(seed: int = 0, docs_per_language: int = 60) -> list[SampleFile]:
         SampleFile("raw/sample/mixed/junk.jsonl", _jsonl(junk, 6000)),
         SampleFile("raw/sample/mixed/bad_lines.jsonl", _jsonl(en[:2], 7000) + b'{"text": "unterminated\n' + b"not json at all\n"),
         SampleFile("raw/sample/txt/letter_latin1.txt", ("Une lettre écrite à Genève. " + " ".join(FR[:4])).encode("latin-1", "replace")),
-        SampleFile("raw/sample/txt/essay.txt.gz", gzip.compress(_doc(rng, EN, 16).encode())),
-        SampleFile("raw/sample/txt/truncated.txt.gz", gzip.compress(_doc(rng, EN, 16).encode())[:60]),
+        SampleFile("raw/sample/txt/essay.txt.gz", gzip.compress(_doc(rng, "en").encode())),
+        SampleFile("raw/sample/txt/truncated.txt.gz", gzip.compress(_doc(rng, "en").encode())[:60]),
     ]
     for i in range(3):
-        files.append(SampleFile(f"raw/sample/txt/story_{i}.txt", _doc(rng, EN, 12).encode()))
+        files.append(SampleFile(f"raw/sample/txt/story_{i}.txt", _doc(rng, "en").encode()))
     return files
 
 

@@ -20,13 +20,41 @@ class TrainerResource(dg.ConfigurableResource):
     preset: Literal["tiny", "small", "from_pretrained"] = "tiny"
     pretrained: str | None = None
     lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 10
+    decay_steps: int = 10_000
     batch_size: int = 8
     max_steps: int = 0
     """0 trains on everything new in the topic (bounded mode); >0 caps the steps."""
+    run_name: str = "deepseek"
+    """Checkpoints live under <checkpoints_prefix><run_name>/; a new name starts a new lineage."""
     nproc_per_node: int = 0
     """0 = one process per visible GPU (torchrun when more than one), one CPU process without GPUs."""
     seed: int = 0
     experiment_name: str = "deepseek-pretraining"
+
+    def job_config(self, *, kafka, topic: str, seq_len: int, s3_endpoint: str | None, bucket: str,
+                   checkpoint_prefix: str, mlflow_tracking_uri: str, dagster_run_id: str,
+                   partitions: list[str]) -> dict[str, Any]:
+        """The `pipeline_project.training.entrypoint.JobConfig` of one materialization, as JSON-able dict."""
+        return {
+            "train": {
+                "preset": {"name": self.preset, "pretrained": self.pretrained},
+                "lr": self.lr, "min_lr": self.min_lr, "warmup_steps": self.warmup_steps,
+                "decay_steps": self.decay_steps, "batch_size": self.batch_size,
+                "max_steps": self.max_steps or None, "seed": self.seed,
+            },
+            "kafka": kafka.model_dump(),
+            "topic": topic,
+            "seq_len": seq_len,
+            "s3_endpoint": s3_endpoint,
+            "bucket": bucket,
+            "checkpoint_prefix": checkpoint_prefix,
+            "mlflow_tracking_uri": mlflow_tracking_uri,
+            "experiment_name": self.experiment_name,
+            "dagster_run_id": dagster_run_id,
+            "partitions": partitions,
+        }
 
     def _nproc(self) -> int:
         if self.nproc_per_node > 0:
