@@ -183,5 +183,29 @@ def kafka_tool_cmd(
     raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))  # noqa: S603
 
 
+@app.command()
+def demo(
+    source: Annotated[Optional[Path], typer.Option("--source", help="Upload your own files from DIR instead of the generated sample")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each phase")] = 1800.0,
+    state_dir: StateDir = None,
+) -> None:
+    """The main job: stack up (Dagster included), upload a corpus to S3, let the sensor ingest it, train, summarize."""
+    from pipeline_project.demo.runner import run_demo
+
+    if source is not None and not source.is_dir():
+        raise _fail(StackError(f"--source {source} is not a directory"))
+    try:
+        stack = _stack(state_dir)
+        with console.status("starting the stack (Kafka x3, S3, MLflow, Dagster)...") as spinner:
+            def progress(msg: str) -> None:
+                console.log(msg)
+                spinner.update(msg)
+            stack.up([*DEFAULT_SERVICES, "dagster"], timeout=300, progress=progress)
+        _print_status(stack.status([*DEFAULT_SERVICES, "dagster"]))
+        run_demo(source, timeout, stack)
+    except StackError as err:
+        raise _fail(err) from None
+
+
 if __name__ == "__main__":
     app()

@@ -105,8 +105,8 @@ def run_demo(source: Path | None, timeout_s: float, stack) -> None:
     from dagster import DagsterInstance
     from dagster_graphql import DagsterGraphQLClient
 
-    settings: Settings = stack.config.settings()
-    os.environ["DAGSTER_HOME"] = str(stack.config.dagster_home)
+    settings: Settings = stack.settings()
+    os.environ["DAGSTER_HOME"] = str(stack.services["dagster"].home)
     instance = DagsterInstance.get()
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")

@@ -30,6 +30,10 @@ run_coordinator:
   class: QueuedRunCoordinator
   config:
     max_concurrent_runs: 2
+concurrency:
+  pools:
+    # cleaned_shards uses pool "dedup_index": its cross-batch index is read, extended and written back
+    default_limit: 1
 """
 
 PLACEHOLDER_DEFINITIONS = '''\
