@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from pipeline_project.training.entrypoint import JobConfig, offsets_consumed, positions
+from pipeline_project.training.mlflow_logging import flatten
+
+
+def _state(rank: int, cursors: dict[int, tuple[int, int]]) -> dict:
+    return {"rank": rank, "partitions": {str(p): {"offset": o, "block": b} for p, (o, b) in cursors.items()}}
+
+
+def test_offsets_consumed_merges_ranks_and_counts_partly_read_messages():
+    starts = [_state(0, {0: (0, 0), 2: (5, 3)}), _state(1, {1: (7, 0), 3: (4, 0)})]
+    ends = [_state(0, {0: (3, 0), 2: (5, 9)}), _state(1, {1: (9, 2), 3: (4, 0)})]
+    assert offsets_consumed(starts, ends) == {"0": [0, 3], "1": [7, 10], "2": [5, 6]}
+    assert positions(ends) == {"0": {"offset": 3, "block": 0}, "1": {"offset": 9, "block": 2},
+                               "2": {"offset": 5, "block": 9}, "3": {"offset": 4, "block": 0}}
+
+
+def test_job_config_takes_the_topic_block_length_and_unbounded_steps():
+    job = JobConfig.model_validate({"kafka": {"bootstrap_servers": "k:9092"}, "topic": "t", "seq_len": 64,
+                                    "train": {"seq_len": 512, "max_steps": 0, "preset": {"name": "small"}}})
+    assert job.train.seq_len == 64 and job.train.max_steps is None and job.train.preset.name == "small"
+    with pytest.raises(ValidationError):
+        JobConfig.model_validate({"kafka": {"bootstrap_servers": "k:9092"}, "topic": "t", "unknown": 1})
+
+
+def test_flatten_makes_comparable_param_names():
+    assert flatten({"model": {"hidden_size": 64, "rope": {"theta": 1e4}}, "lr": 3e-4, "name": "x", "empty": {}}) == {
+        "model.hidden_size": "64", "model.rope.theta": "10000.0", "lr": "0.0003", "name": "x", "empty": "{}"}
