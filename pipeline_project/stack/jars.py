@@ -21,12 +21,16 @@ def classpath(component: str) -> str:
     return str(jars_dir(component) / "*")
 
 
+def pom_digest(component: str) -> str:
+    return hashlib.sha256((DEPLOY_DIR / component / "pom.xml").read_bytes()).hexdigest()
+
+
 def ensure_jars(component: str) -> Path:
     """Copy the component's jars into target/jars with Maven if they are not there yet."""
     target = jars_dir(component)
     pom = DEPLOY_DIR / component / "pom.xml"
     stamp = target / ".pom.sha256"
-    digest = hashlib.sha256(pom.read_bytes()).hexdigest()
+    digest = pom_digest(component)
     if target.is_dir() and any(target.glob("*.jar")):
         if not stamp.exists():
             # Fetched by scripts/setup.sh (plain mvn) from this pom: adopt it.

@@ -7,12 +7,14 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
+import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
 from .errors import StackError
-from .jars import classpath, ensure_jars, java
+from .jars import classpath, ensure_jars, jars_dir, java, pom_digest
 from .processes import ManagedProcess, accepts_connections, port_in_use, stop_all
 from .service import Service, ServiceStatus
 
@@ -178,16 +180,32 @@ class KafkaService(Service):
 
     @property
     def cds_archive(self) -> Path:
-        return self.dir / "classes.jsa"
+        """AppCDS archive shared by every state dir, next to the jars it was built from (keyed by the pom)."""
+        return jars_dir("kafka").parent / f"kafka-classes-{pom_digest('kafka')[:12]}.jsa"
+
+    @property
+    def _cds_dump(self) -> Path:
+        return self.dir / "classes.jsa.dump"
 
     def _class_data_sharing(self, node_id: int) -> tuple[str, ...]:
         # AppCDS: the broker stopped first (highest id, a clean exit) dumps the classes it loaded; later starts map
         # that archive instead of parsing ~10k classes from the jars again. A stale archive is ignored (-Xshare:auto).
+        quiet = "-Xlog:cds=off,cds+dynamic=off"
         if self.cds_archive.exists():
-            return ("-Xshare:auto", f"-XX:SharedArchiveFile={self.cds_archive}", "-Xlog:cds=off,cds+dynamic=off")
+            return ("-Xshare:auto", f"-XX:SharedArchiveFile={self.cds_archive}", quiet)
         if node_id == self.node_ids[-1]:
-            return (f"-XX:ArchiveClassesAtExit={self.cds_archive}", "-Xlog:cds=off,cds+dynamic=off")
+            return (f"-XX:ArchiveClassesAtExit={self._cds_dump}", quiet)
         return ()
+
+    def _publish_cds_dump(self) -> None:
+        dump = self._cds_dump
+        if not dump.exists() or dump.stat().st_size == 0:
+            return
+        if not self.cds_archive.exists():
+            staging = self.cds_archive.with_suffix(f".{os.getpid()}.tmp")
+            shutil.copyfile(dump, staging)
+            os.replace(staging, self.cds_archive)  # atomic: a starting broker never maps a half-written archive
+        dump.unlink(missing_ok=True)
 
     def stop(self) -> list[str]:
         # One broker at a time, highest id first: while a majority of controllers is alive each broker's controlled
@@ -201,6 +219,7 @@ class KafkaService(Service):
             stopped.extend(stop_all([dataclasses.replace(mp, stop_timeout=LAST_BROKER_GRACE_S) if last else mp]))
         for mp in self.processes():
             mp.pid_file.unlink(missing_ok=True)
+        self._publish_cds_dump()
         return stopped[::-1]
 
     def server_properties(self, node_id: int) -> dict[str, str]:
