@@ -41,6 +41,9 @@ class MlflowService(Service):
                     "AWS_ACCESS_KEY_ID": cfg.s3_access_key,
                     "AWS_SECRET_ACCESS_KEY": cfg.s3_secret_key,
                     "AWS_DEFAULT_REGION": "us-east-1",
+                    # MLflow 3's job runner (GenAI scoring jobs) forks 7 huey consumers, ~240 MB and a full
+                    # `import mlflow` each: the pipeline never uses it, and it doubled the server's start-up CPU.
+                    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
                 },
                 cwd=self.dir,
                 stop_timeout=15.0,
