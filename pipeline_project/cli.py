@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pipeline_project.stack import SERVICES, Stack, StackConfig, StackError, parse_services, tool_command
 from pipeline_project.stack.config import DEFAULT_SERVICES
@@ -40,7 +41,9 @@ ServicesOpt = Annotated[
 
 
 def _fail(err: Exception) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+    message = str(err) if isinstance(err, StackError) else f"{type(err).__name__}: {err}"
+    lines = message.strip().splitlines() or [type(err).__name__]
+    err_console.print(Text.assemble(("error: ", "red"), lines[0]), highlight=False, soft_wrap=True)
     return typer.Exit(1)
 
 
@@ -84,10 +87,13 @@ def up(
             def progress(msg: str) -> None:
                 console.log(msg)
                 spinner.update(msg)
-            stack.up(names, timeout=timeout, progress=progress)
+            try:
+                stack.up(names, timeout=timeout, progress=progress)
+            except KeyboardInterrupt:
+                raise StackError("interrupted; the processes this `up` launched were stopped") from None
         console.log(f"stack up in {time.monotonic() - started_at:.1f}s (state: {stack.state_dir})")
         _print_status(stack.status(names))
-    except StackError as err:
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
 
 
@@ -103,7 +109,7 @@ def down(
         names = parse_services(services, SERVICES)
         stopped = stack.down(names, wipe=wipe, progress=console.log)
         console.log(f"stopped {len(stopped)} process(es)" + (", data wiped" if wipe else ""))
-    except StackError as err:
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
 
 
@@ -132,7 +138,7 @@ def status(
         stack = _stack(state_dir)
         default = SERVICES if any(mp.is_running() for mp in stack.processes(["dagster"])) else DEFAULT_SERVICES
         statuses = stack.status(parse_services(services, default))
-    except StackError as err:
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
     if as_json:
         typer.echo(json.dumps([s.to_dict() for s in statuses], indent=2))
@@ -152,7 +158,7 @@ def logs(
     try:
         stack = _stack(state_dir)
         tails = stack.logs(name, lines)
-    except StackError as err:
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
     for proc_name, tail in tails.items():
         if len(tails) > 1:
@@ -177,7 +183,7 @@ def kafka_tool_cmd(
         args = ["--bootstrap-server", Stack().settings().kafka_bootstrap, *args]
     try:
         cmd = tool_command(tool, *args)
-    except StackError as err:
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
     sys.stdout.flush()
     raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))  # noqa: S603
@@ -203,7 +209,7 @@ def demo(
             stack.up([*DEFAULT_SERVICES, "dagster"], timeout=300, progress=progress)
         _print_status(stack.status([*DEFAULT_SERVICES, "dagster"]))
         run_demo(source, timeout, stack)
-    except StackError as err:
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from pipeline_project.cli import app
 
 from pipeline_project.settings import Settings
 from pipeline_project.stack import Stack, kafka_tool
@@ -23,6 +30,15 @@ def test_status_reports_every_service_healthy_with_urls(local_stack: Stack, stac
     assert "3/3 brokers live" in statuses["kafka-1"].detail
 
 
+def test_status_cli_json_exits_zero_when_healthy(local_stack: Stack):
+    result = CliRunner().invoke(app, ["stack", "status", "--json", "--services", "kafka,s3,mlflow",
+                                      "--state-dir", str(local_stack.state_dir)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["name"] for r in rows] == ["kafka-1", "kafka-2", "kafka-3", "s3", "mlflow"]
+    assert all(r["healthy"] and r["url"] for r in rows)
+
+
 def test_up_again_starts_nothing_and_keeps_pids(local_stack: Stack):
     before = {mp.name: mp.pid for mp in local_stack.processes(["kafka", "s3", "mlflow"])}
     assert local_stack.up(["kafka", "s3", "mlflow"], timeout=60) == []
@@ -32,8 +48,12 @@ def test_up_again_starts_nothing_and_keeps_pids(local_stack: Stack):
 
 def test_kafka_tools_from_the_same_jars_see_three_brokers_and_an_rf3_topic(stack: Settings):
     first = stack.kafka_bootstrap.split(",")[0]
-    versions = kafka_tool("broker-api-versions", "--bootstrap-server", first).stdout
-    assert sorted(int(i) for i in re.findall(r"\(id: (\d+) rack", versions)) == [1, 2, 3]
+    # Through the CLI passthrough, which fills in the stack's brokers as --bootstrap-server.
+    cli = subprocess.run(
+        [str(Path(sys.executable).with_name("pipeline-project")), "stack", "kafka-tool", "broker-api-versions"],
+        capture_output=True, text=True, timeout=180, check=True,
+    )
+    assert sorted(int(i) for i in re.findall(r"\(id: (\d+) rack", cli.stdout)) == [1, 2, 3]
 
     quorum = kafka_tool("metadata-quorum", "--bootstrap-server", first, "describe", "--status").stdout
     assert re.search(r"LeaderId:\s+[123]\b", quorum)
