@@ -1,8 +1,8 @@
 """Language-aware word splitting and text normalization shared by the steps.
 
-`split_words` for non-CJK languages is one regex pass that follows spaCy's English tokenizer (the one
-DataTrove 0.10.1 assigns to English): punctuation split off, "n't"/"'s" contractions split, hyphens and
-URLs/e-mails handled, whitespace dropped. It is an approximation; bench/cleaning_vs_datatrove.py measures how
+`split_words` for non-CJK languages follows spaCy's English tokenizer rules (the one DataTrove 0.10.1
+assigns to English): whitespace chunks, prefix/suffix punctuation and "n't"/"'s" split off, a few infixes
+(hyphen between letters, "/" and ":" before a letter, ...), URLs and abbreviations kept whole. It is an approximation; bench/cleaning_vs_datatrove.py measures how
 often the filter decisions still agree. Chinese and Japanese go through jieba, as DataTrove's spaCy "zh" does.
 """
 
@@ -17,23 +17,68 @@ import regex
 
 CJK_LANGS = frozenset({"zh", "ja"})
 
-_CORE = r"""
-  | [^\W\d_](?:\.[^\W\d_])+\.?                    # U.S. e.g.
-  | \d+(?:[.,:/]\d+)+                               # 1,000.5 12:30 1/2
-  | [^\W\d_]\w*(?=[nN]['’][tT]\b)                  # do|n't
-  | [nN]['’][tT]\b
-  | ['’](?:[sSmMdD]|ll|LL|re|RE|ve|VE)\b
-  | \w+
-  | \.{2,}|…|-{2,}
-  | \S
-"""
-_WEB = r"""
-    (?:https?://|www\.)[^\s<>"]*[^\s<>".,;:!?)\]'’”]  # URL
-  | [\w.+-]+@[\w-]+(?:\.[\w-]+)+                     # e-mail
-"""
-# stdlib re is faster than `regex` here; the URL/e-mail branches cost a scan per word, so only when needed
-_TOKEN = re.compile(_WEB + _CORE, re.VERBOSE)
-_TOKEN_PLAIN = re.compile(r"(?!x)x" + _CORE, re.VERBOSE)
+# spaCy splits a whitespace chunk only at its edges (prefix/suffix punctuation, contractions) and at a few
+# infixes; punctuation inside a chunk ("fs::File", "COVID-19", "好，可") stays attached.
+_PUNCT = r"""\.\.+|…+|[,:;!?¿¡()\[\]{}<>_#*&。？！，、；：～·"“”'‘’`«»„]"""
+_PREFIX = re.compile(r"(?:" + _PUNCT + r"|[§%=—–+$£€¥])")
+_SUFFIX = regex.compile(
+    r"(?:[nN]['’][tT]|['’](?:[sSmMdD]|ll|LL|re|RE|ve|VE)|" + _PUNCT + r"|[%—–]|(?<=[0-9])\+"
+    r"|(?<=[0-9\p{Ll}%²\-+)\]}\"'”’`])\.|(?<=\p{Lu}\p{Lu})\.)$"
+)
+_INFIX = re.compile(
+    r"\.\.+|…"
+    r"|(?<=[^\W\d_])(?:--|-|–|—|~)(?=[^\W\d_])|(?<=\d)(?:-|–|—)(?=[^\W\d_])"
+    r"|(?<=[^\W_])[:<>=/](?=[^\W\d_])|(?<=[^\W\d_]),(?=[^\W\d_])|(?<=[a-z])\.(?=[A-Z])|(?<=\d)[+\-*^](?=\d)"
+)
+_EXCEPTIONS = frozenset(
+    "Mr. Mrs. Ms. Dr. St. Jr. Sr. Mt. vs. etc. e.g. i.e. Inc. Ltd. Co. Corp. No. Prof. Gen. Gov. Sen. Rep. "
+    "Jan. Feb. Mar. Apr. Jun. Jul. Aug. Sep. Sept. Oct. Nov. Dec. a.m. p.m. U.S. U.K.".split()
+)
+
+
+def _split_chunk(chunk: str, out: list[str]) -> None:
+    if chunk.isalnum() or chunk in _EXCEPTIONS:
+        if chunk.lower() == "cannot":
+            out.extend((chunk[:3], chunk[3:]))
+        else:
+            out.append(chunk)
+        return
+    suffixes: list[str] = []
+    while chunk and chunk not in _EXCEPTIONS:
+        if "://" in chunk or chunk.startswith("www."):
+            break
+        changed = False
+        m = _PREFIX.match(chunk)
+        if m:
+            out.append(m.group(0))
+            chunk = chunk[m.end():]
+            changed = True
+        if chunk and chunk not in _EXCEPTIONS:
+            m = _SUFFIX.search(chunk)
+            if m and m.start() > 0:
+                suffixes.append(m.group(0))
+                chunk = chunk[: m.start()]
+                changed = True
+            elif m:  # the whole rest is one punctuation token
+                out.append(chunk)
+                chunk = ""
+        if not changed:
+            break
+    if chunk:
+        if chunk in _EXCEPTIONS or "://" in chunk or chunk.startswith("www."):
+            out.append(chunk)
+        else:
+            pos = 0
+            for m in _INFIX.finditer(chunk):
+                if m.start() > pos:
+                    out.append(chunk[pos : m.start()])
+                out.append(m.group(0))
+                pos = m.end()
+            if pos < len(chunk):
+                out.append(chunk[pos:])
+    out.extend(reversed(suffixes))
+
+
 # a token is a "word" when at least one of its characters is not punctuation, symbol or control
 _NON_SYMBOL = regex.compile(r"[^\p{P}\p{S}\p{Cc}]")
 _SYMBOLS = regex.compile(r"[\p{P}\p{S}\p{Cc}]+")
@@ -57,8 +102,10 @@ def _jieba():
 def split_words(text: str, lang: str | None = None) -> list[str]:
     if lang in CJK_LANGS:
         return [t for t in (w.strip() for w in _jieba().lcut(text)) if t]
-    web = "@" in text or "://" in text or "www." in text
-    return (_TOKEN if web else _TOKEN_PLAIN).findall(text)
+    out: list[str] = []
+    for chunk in text.split():
+        _split_chunk(chunk, out)
+    return out
 
 
 def is_word(token: str) -> bool:
