@@ -101,7 +101,7 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     return table
 
 
-def run_demo(source: Path | None, timeout_s: float, stack) -> None:
+def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0) -> None:
     from dagster import DagsterInstance
     from dagster_graphql import DagsterGraphQLClient
 
@@ -125,7 +125,8 @@ def run_demo(source: Path | None, timeout_s: float, stack) -> None:
 
     train_started = time.time()
     client = DagsterGraphQLClient("127.0.0.1", port_number=int(settings.dagster_url.rsplit(":", 1)[-1]))
-    run_id = client.submit_job_execution("train_checkpoint", tags={"pipeline/demo": stamp})
+    run_config = {"resources": {"trainer": {"config": {"max_steps": train_steps}}}} if train_steps else None
+    run_id = client.submit_job_execution("train_checkpoint", run_config=run_config, tags={"pipeline/demo": stamp})
     console.print(f"training: run {run_id[:8]} ({settings.dagster_url}/runs/{run_id})")
     train = wait_for_runs(instance, train_started, want="training", timeout_s=timeout_s, settle_s=0,
                           predicate=lambda r: r.run_id == run_id)

@@ -28,9 +28,9 @@ local_artifact_storage:
 run_coordinator:
   module: dagster._core.run_coordinator
   class: QueuedRunCoordinator
-  config:
-    max_concurrent_runs: 2
 concurrency:
+  runs:
+    max_concurrent_runs: 2
   pools:
     # cleaned_shards uses pool "dedup_index": its cross-batch index is read, extended and written back
     default_limit: 1
