@@ -194,6 +194,7 @@ def demo(
     source: Annotated[Optional[Path], typer.Option("--source", help="Upload your own files from DIR instead of the generated sample")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each phase")] = 1800.0,
     train_steps: Annotated[int, typer.Option(help="Cap on training steps (0 = train on everything new)")] = 40,
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the generated sample (default: from the clock, so each demo adds new text)")] = None,
     state_dir: StateDir = None,
 ) -> None:
     """The main job: stack up (Dagster included), upload a corpus to S3, let the sensor ingest it, train, summarize."""
@@ -209,7 +210,7 @@ def demo(
                 spinner.update(msg)
             stack.up([*DEFAULT_SERVICES, "dagster"], timeout=300, progress=progress)
         _print_status(stack.status([*DEFAULT_SERVICES, "dagster"]))
-        run_demo(source, timeout, stack, train_steps=train_steps)
+        run_demo(source, timeout, stack, train_steps=train_steps, seed=seed)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
 

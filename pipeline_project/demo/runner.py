@@ -90,6 +90,8 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
         totals["blocks in Kafka"] += int(k.get("blocks", 0))
         totals["tokens in Kafka"] += int(k.get("tokens", 0))
     table = Table(title="pipeline summary", show_header=False)
+    table.add_column("what", no_wrap=True)
+    table.add_column("value", overflow="fold")
     for name, value in totals.items():
         table.add_row(name, f"{value:,}")
     table.add_row("batches", ", ".join(partitions))
@@ -101,7 +103,7 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     return table
 
 
-def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0) -> None:
+def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0, seed: int | None = None) -> None:
     from dagster import DagsterInstance
     from dagster_graphql import DagsterGraphQLClient
 
@@ -112,7 +114,7 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     prefix = f"{settings.raw_prefix}demo-{stamp}/"
     files = files_from_dir(source, prefix) if source else [
-        SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data) for f in generate()]
+        SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data) for f in generate(seed=int(stamp[-6:]) if seed is None else seed)]
     started = time.time()
     upload(settings, files)
 
