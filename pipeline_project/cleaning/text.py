@@ -19,7 +19,7 @@ CJK_LANGS = frozenset({"zh", "ja"})
 
 # spaCy splits a whitespace chunk only at its edges (prefix/suffix punctuation, contractions) and at a few
 # infixes; punctuation inside a chunk ("fs::File", "COVID-19", "好，可") stays attached.
-_PUNCT = r"""\.\.+|…+|[,:;!?¿¡()\[\]{}<>_#*&。？！，、；：～·"“”'‘’`«»„]"""
+_PUNCT = r"""\.\.+|…+|[,:;!?¿¡()\[\]{}<>_#*&。？！，、；：～·"“”'‘’`«»„（）《》「」『』【】〈〉]"""
 _PREFIX = re.compile(r"(?:" + _PUNCT + r"|[§%=—–+$£€¥])")
 _SUFFIX = regex.compile(
     r"(?:[nN]['’][tT]|['’](?:[sSmMdD]|ll|LL|re|RE|ve|VE)|" + _PUNCT + r"|[%—–]|(?<=[0-9])\+"
