@@ -37,7 +37,7 @@ def deepseek_checkpoint(context: dg.AssetExecutionContext, s3: S3Resource, kafka
         bucket=layout.bucket,
         checkpoint_prefix=f"{layout.checkpoints_prefix}{trainer.run_name}",
         mlflow_tracking_uri=mlflow.tracking_uri,
-        dagster_run_id=context.run_id,
+        dagster_run_id=context.run.run_id,
         partitions=batches,
     )
     context.log.info(f"training on topic {layout.topic} ({len(batches)} batches materialized)")

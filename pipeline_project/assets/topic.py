@@ -65,7 +65,7 @@ def kafka_topic(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pipel
     if not report.reused:
         mlflow_url = mlflow.log_ingest_run(
             run_name=f"produce-{batch_id}",
-            tags={"dagster.run_id": context.run_id, "batch": batch_id, "topic": layout.topic},
+            tags={"dagster.run_id": context.run.run_id, "batch": batch_id, "topic": layout.topic},
             params={"seq_len": layout.seq_len, "partitions": layout.topic_partitions,
                     "tokenizer": report.tokenizer_name},
             metrics={"blocks": report.blocks, "tokens": report.tokens, "bytes": report.bytes,
