@@ -44,7 +44,7 @@ class TrainerResource(dg.ConfigurableResource):
                 "decay_steps": self.decay_steps, "batch_size": self.batch_size,
                 "max_steps": self.max_steps or None, "seed": self.seed,
             },
-            "kafka": kafka.model_dump(),
+            "kafka": kafka.model_dump(exclude={"sasl_password"}),  # secrets reach the trainer by env only
             "topic": topic,
             "seq_len": seq_len,
             "s3_endpoint": s3_endpoint,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from pipeline_project.settings import Settings
 from pipeline_project.streaming.kafka_client import KafkaSettings
@@ -77,6 +77,14 @@ class JobConfig(BaseModel):
     partitions: list[str] = Field(default_factory=list, description="data partitions this invocation consumes")
     work_dir: str | None = None  # local scratch for checkpoints; a temp dir by default
     result_path: str | None = None
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _kafka_secret_from_env(cls, value: Any) -> Any:
+        """The job file carries no secret: a SASL password comes from KAFKA_SASL_PASSWORD."""
+        if isinstance(value, dict) and not value.get("sasl_password") and os.environ.get("KAFKA_SASL_PASSWORD"):
+            value = {**value, "sasl_password": os.environ["KAFKA_SASL_PASSWORD"]}
+        return value
 
     @model_validator(mode="after")
     def _block_length(self) -> JobConfig:

@@ -30,3 +30,17 @@ def test_job_config_takes_the_topic_block_length_and_unbounded_steps():
 def test_flatten_makes_comparable_param_names():
     assert flatten({"model": {"hidden_size": 64, "rope": {"theta": 1e4}}, "lr": 3e-4, "name": "x", "empty": {}}) == {
         "model.hidden_size": "64", "model.rope.theta": "10000.0", "lr": "0.0003", "name": "x", "empty": "{}"}
+
+
+def test_job_file_carries_no_kafka_secret_the_trainer_reads_it_from_env(monkeypatch):
+    from pipeline_project.resources.trainer import TrainerResource
+    from pipeline_project.streaming.kafka_client import KafkaSettings
+    from pipeline_project.training.entrypoint import JobConfig
+
+    kafka = KafkaSettings(bootstrap_servers="b:9093", security_protocol="SASL_SSL", sasl_username="u", sasl_password="s3cret")
+    job = TrainerResource().job_config(kafka=kafka, topic="t", seq_len=64, s3_endpoint=None, bucket="b",
+                                       checkpoint_prefix="c", mlflow_tracking_uri="http://m", dagster_run_id="r",
+                                       partitions=["p"])
+    assert "s3cret" not in str(job)
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cret")
+    assert JobConfig.model_validate(job).kafka.sasl_password == "s3cret"
