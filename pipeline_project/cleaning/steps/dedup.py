@@ -76,40 +76,64 @@ class MinHasher:
         return sig, bands
 
 
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = list(range(n))
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    """Jaccard similarity of two sorted, de-duplicated shingle-hash arrays."""
+    if a.size == 0 and b.size == 0:
+        return 0.0
+    inter = np.intersect1d(a, b, assume_unique=True).size
+    return inter / (a.size + b.size - inter)
 
-    def find(self, x: int) -> int:
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
 
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            # the earlier document stays the root, so it is the one kept
-            self.parent[max(ra, rb)] = min(ra, rb)
+def signature_threshold(cfg: MinHashConfig) -> float:
+    """Lowest signature-estimated Jaccard accepted as a near-duplicate when the texts are not at hand.
+
+    The estimate (fraction of equal MinHash values) has standard deviation sqrt(J(1-J)/num_perm), 0.043 at
+    J=0.7 with 112 values, so a pair exactly at the threshold reads below it half of the time. Accepting
+    estimates down to `signature_margin_sd` standard deviations below the threshold keeps >= 97.7% of the
+    LSH-found pairs at or above it, and still rejects the chance band collisions of much less similar text.
+    """
+    t = cfg.jaccard_threshold
+    return t - cfg.signature_margin_sd * float(np.sqrt(t * (1 - t) / (cfg.num_buckets * cfg.hashes_per_bucket)))
 
 
 class MinHashDedup(Step):
-    """LSH on 14 bands x 8 rows; documents sharing a band are linked, connected components keep one member.
-    A component linked to a document of an earlier batch keeps none (that batch already has the text)."""
+    """LSH on 14 bands x 8 rows finds candidates; a document is dropped only when it is itself similar to a
+    representative that is kept (in this batch or an earlier one).
+
+    Documents are taken in batch order. Each one collects candidate representatives: earlier-batch documents
+    sharing a band with it, and the representative of every earlier document of this batch sharing a band
+    with it (so a copy that collides only with another copy is still compared with their original). With
+    `verify="exact"` (default) a candidate of this batch counts when the exact Jaccard of the two shingle
+    sets is >= `jaccard_threshold`; earlier-batch candidates, whose text is not kept, count when the
+    signature-estimated Jaccard is >= `signature_threshold(cfg)`. With `verify="signature"` both use the
+    estimate; with `verify="none"` every LSH candidate counts (DataTrove's rule; a document joins the first
+    cluster it collides with, where connected components would also merge two clusters it touches).
+    A document with no such representative is kept and becomes one. Unlike connected components, a chain
+    A~B~C does not drop C unless C itself is similar to the kept A: transitive chains were what put
+    dissimilar documents into one cluster.
+    """
 
     name = "minhash_dedup"
 
     def __init__(self, cfg: MinHashConfig):
         self.cfg = cfg
         self.hasher = MinHasher(cfg)
+        self.sig_threshold = signature_threshold(cfg)
 
-    def _similar(self, a: np.ndarray, b: np.ndarray) -> bool:
-        return self.cfg.verify_jaccard is None or float(np.mean(a == b)) >= self.cfg.verify_jaccard
+    def _shingle_set(self, doc: Document, cache: dict[int, np.ndarray], i: int) -> np.ndarray:
+        got = cache.get(i)
+        if got is None:
+            shingles = self.hasher.shingles(doc.text, doc_lang(doc))
+            got = np.unique(np.fromiter((xxhash.xxh3_64_intdigest(s.encode("utf-8")) for s in shingles),
+                                        dtype=np.uint64, count=len(shingles)))
+            cache[i] = got
+        return got
 
     def run(self, docs: list[Document], ctx: RunContext, stats: StepStats):
+        cfg = self.cfg
         n = len(docs)
         sigs: list[np.ndarray | None] = [None] * n
-        bands = np.zeros((n, self.cfg.num_buckets), dtype=np.uint64)
+        bands = np.zeros((n, cfg.num_buckets), dtype=np.uint64)
         for i, doc in enumerate(docs):
             result = self.hasher.signature(doc.text, doc_lang(doc))
             if result is not None:
@@ -118,30 +142,71 @@ class MinHashDedup(Step):
         has_sig = np.array([s is not None for s in sigs], dtype=bool)
         stats.notes["no_shingles"] = int((~has_sig).sum())
 
-        uf = _UnionFind(n)
-        first_with_band: dict[int, int] = {}
-        for i in np.flatnonzero(has_sig).tolist():
-            for key in bands[i].tolist():
-                j = first_with_band.setdefault(key, i)
-                if j != i and self._similar(sigs[i], sigs[j]):
-                    uf.union(i, j)
+        hits = ctx.index.lookup_bands(bands) if ctx.use_index and has_sig.any() else None
+        shingle_cache: dict[int, np.ndarray] = {}
+        # representative of each document: ("batch", i) for a document of this batch, ("index", entry) else
+        rep: list[tuple[str, int] | None] = [None] * n
+        # band key -> representatives of the documents of this batch seen with it (an ordered set), so a band
+        # shared by thousands of copies of one text costs one lookup, not thousands
+        band_reps: dict[int, dict[tuple[str, int], None]] = {}
+        checked = rejected = 0
 
-        earlier: dict[int, object] = {}  # component root -> earlier-batch entry
-        if ctx.use_index and has_sig.any():
-            hits = ctx.index.lookup_bands(bands)
-            for i in np.flatnonzero(has_sig).tolist():
-                for entry in hits[i][hits[i] >= 0].tolist():
-                    if self._similar(sigs[i], ctx.index.signatures[entry]):
-                        earlier.setdefault(uf.find(i), ctx.index.entry(entry))
-                        break
+        def estimate(i: int, other: np.ndarray) -> float:
+            return float(np.mean(sigs[i] == other))
+
+        for i in np.flatnonzero(has_sig).tolist():
+            keys = bands[i].tolist()
+            earlier: list[int] = []
+            local: list[int] = []
+            if hits is not None:
+                earlier = list(dict.fromkeys(hits[i][hits[i] >= 0].tolist()))
+            for key in keys:
+                for kind, r in band_reps.get(key, ()):
+                    if kind == "index":
+                        if r not in earlier:
+                            earlier.append(r)
+                    elif r not in local:
+                        local.append(r)
+            # an earlier batch already holds the text: name it first
+            best: tuple[str, int] | None = None
+            best_sim = -1.0
+            for entry in earlier:
+                checked += 1
+                sim = 1.0 if cfg.verify == "none" else estimate(i, ctx.index.signatures[entry])
+                if sim >= self.sig_threshold or cfg.verify == "none":
+                    if sim > best_sim:
+                        best, best_sim = ("index", entry), sim
+                else:
+                    rejected += 1
+            if best is None:
+                for r in sorted(local):
+                    checked += 1
+                    if cfg.verify == "none":
+                        sim, ok = 1.0, True
+                    elif cfg.verify == "signature":
+                        sim = estimate(i, sigs[r])
+                        ok = sim >= self.sig_threshold
+                    else:
+                        sim = jaccard(self._shingle_set(docs[i], shingle_cache, i),
+                                      self._shingle_set(docs[r], shingle_cache, r))
+                        ok = sim >= cfg.jaccard_threshold
+                    if ok and sim > best_sim:
+                        best, best_sim = ("batch", r), sim
+                    elif not ok:
+                        rejected += 1
+            rep[i] = best or ("batch", i)
+            for key in keys:
+                band_reps.setdefault(key, {})[rep[i]] = None
+        stats.notes["candidates_checked"] = checked
+        stats.notes["candidates_rejected"] = rejected
 
         kept, dropped = [], []
         for i, doc in enumerate(docs):
-            root = uf.find(i)
-            if root in earlier:
-                reason = f"near_duplicate_of:{earlier[root]}"
-            elif root != i:
-                reason = f"near_duplicate_of:{ctx.batch_id}/{docs[root].id}"
+            kind, r = rep[i] or ("batch", i)
+            if kind == "index":
+                reason = f"near_duplicate_of:{ctx.index.entry(r)}"
+            elif r != i:
+                reason = f"near_duplicate_of:{ctx.batch_id}/{docs[r].id}"
             else:
                 kept.append(doc)
                 continue
