@@ -180,12 +180,15 @@ def _same_command(actual: list[str], launched: list[str]) -> bool:
     return bool(actual) and (actual == launched or (len(actual) > len(args) and actual[len(actual) - len(args):] == args))
 
 
-def terminate_tree(proc: psutil.Process, timeout: float) -> None:
+def _family(proc: psutil.Process) -> list[psutil.Process]:
     try:
-        children = proc.children(recursive=True)
+        return [proc, *proc.children(recursive=True)]
     except psutil.NoSuchProcess:
-        children = []
-    family = [proc, *children]
+        return []
+
+
+def _terminate(family: Sequence[psutil.Process], timeout: float) -> None:
+    """SIGTERM every process, wait up to `timeout`, then SIGKILL what is left."""
     for p in family:
         try:
             p.send_signal(signal.SIGTERM)
@@ -200,29 +203,16 @@ def terminate_tree(proc: psutil.Process, timeout: float) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
+def terminate_tree(proc: psutil.Process, timeout: float) -> None:
+    _terminate(_family(proc) or [proc], timeout)
+
+
 def stop_all(processes: Sequence[ManagedProcess]) -> list[str]:
     """Stop several processes concurrently (Kafka brokers shut down faster together). Returns the names stopped."""
     live = [(mp, mp.process()) for mp in processes]
     live = [(mp, p) for mp, p in live if p is not None]
-    families: list[psutil.Process] = []
-    for _, proc in live:
-        try:
-            families.extend([proc, *proc.children(recursive=True)])
-        except psutil.NoSuchProcess:
-            pass
-    for p in families:
-        try:
-            p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    timeout = max((mp.stop_timeout for mp, _ in live), default=0)
-    _, alive = psutil.wait_procs(families, timeout=timeout)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
+    families = [member for _, proc in live for member in _family(proc)]
+    _terminate(families, max((mp.stop_timeout for mp, _ in live), default=0))
     for mp in processes:
         mp.pid_file.unlink(missing_ok=True)
     return [mp.name for mp, _ in live]
