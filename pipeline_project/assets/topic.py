@@ -39,7 +39,7 @@ def offset_ranges_table(ranges: dict) -> str:
 )
 def kafka_topic(context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout,
                 kafka: KafkaResource, mlflow: MlflowResource) -> dg.MaterializeResult:
-    from pipeline_project.streaming.producer import tokenize_and_produce
+    from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
     from pipeline_project.streaming.tokenizer import load_tokenizer
 
     batch_id = context.partition_key
@@ -58,6 +58,7 @@ def kafka_topic(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pipel
         source=batch_id,
         ledger_key=batch_id,
         content_hash=cleaned_meta.get("manifest_sha256") or manifest["config_hash"],
+        config=ProducerConfig(max_message_bytes=layout.message_bytes),
     )
     ranges = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
     stage = {f"seconds_{k}": round(float(v), 4) for k, v in (report.stage_seconds or {}).items()}

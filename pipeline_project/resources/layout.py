@@ -17,6 +17,9 @@ class PipelineLayout(dg.ConfigurableResource):
     replication_factor: int = 3
     min_insync_replicas: int = 2
     seq_len: int = 256
+    message_bytes: int = 128 * 1024
+    """Target Kafka message size: small enough that a batch spreads over all partitions (and so over
+    all loader ranks), large enough that per-message overhead stays negligible."""
     max_objects_per_batch: int = 500
 
     def shard_dir(self, batch_id: str) -> str:

@@ -19,7 +19,7 @@ def layout(uid) -> PipelineLayout:
     return PipelineLayout(
         raw_prefix=f"it-{uid}/raw/", shards_prefix=f"it-{uid}/shards/", exclusions_prefix=f"it-{uid}/exclusions/",
         dedup_prefix=f"it-{uid}/dedup/", checkpoints_prefix=f"it-{uid}/checkpoints/", topic=f"it-{uid}-blocks",
-        seq_len=64,
+        seq_len=64, message_bytes=16 * 1024,
     )
 
 

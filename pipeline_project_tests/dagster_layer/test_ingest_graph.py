@@ -74,6 +74,7 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(insta
     k = meta["kafka_topic"]
     assert k["blocks"] > 0 and k["tokens"] == k["blocks"] * layout.seq_len
     assert k["reused_existing"] is False
+    assert len(k["offset_ranges"]) > 1, "a batch spreads over several Kafka partitions"
     evaluations = result.get_asset_check_evaluations()
     assert evaluations and all(e.passed for e in evaluations), [(e.check_name, e.metadata) for e in evaluations]
 
