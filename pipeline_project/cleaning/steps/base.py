@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -35,18 +36,20 @@ class StepStats:
         return self.docs_in - self.dropped
 
 
-class Step:
+class Step(abc.ABC):
     name = "step"
 
+    @abc.abstractmethod
     def run(self, docs: list[Document], ctx: RunContext, stats: StepStats) -> tuple[list[Document], list[Dropped]]:
-        raise NotImplementedError
+        """Return the documents kept and those dropped (with their reasons)."""
 
 
 class DocFilter(Step):
     """Per-document step. `check` returns a drop reason, or None to keep (it may rewrite doc.text)."""
 
+    @abc.abstractmethod
     def check(self, doc: Document) -> str | None:
-        raise NotImplementedError
+        """A drop reason, or None to keep."""
 
     def run(self, docs, ctx, stats):
         kept, dropped = [], []
