@@ -7,6 +7,7 @@ have gaps (transaction markers) and batches cut messages (partial-block cursors)
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -71,12 +72,32 @@ def produce(settings: KafkaSettings, data: TopicData, messages_per_partition: in
         producer.abort_transaction(60)
         return []
     producer.commit_transaction(60)
+    # commit_transaction returns before the coordinator has written the commit markers to every
+    # partition; until it has, read_committed readers (and bounded mode's end offsets) don't see it.
+    wait_until_committed_visible(settings, data)
     keys = []
     for p, off, uids in offsets:
         for b, uid in enumerate(uids):
             data.blocks[(p, off, b)] = int(uid)
             keys.append((p, off, b))
     return keys
+
+
+def wait_until_committed_visible(settings: KafkaSettings, data: TopicData, timeout_s: float = 30.0) -> None:
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = settings.make_admin()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        high = end_offsets(settings, data)
+        req = {TopicPartition(data.topic, p): OffsetSpec.latest() for p in range(data.partitions)}
+        futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
+        stable = {tp.partition: f.result().offset for tp, f in futures.items()}
+        if all(stable[p] >= high[p] for p in high):
+            return
+        assert time.monotonic() < deadline, f"commit markers not visible after {timeout_s}s: {stable} < {high}"
+        time.sleep(0.1)
 
 
 def produce_raw(settings: KafkaSettings, topic: str, partition: int, value: bytes, headers) -> int:
