@@ -16,6 +16,7 @@ bench/results/producer.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -105,18 +106,23 @@ def drop_topics(ks: KafkaSettings, *names: str) -> None:
     admin = ks.make_admin()
     names = [n for t in names for n in (t, ledger_topic(t))]
     for fut in admin.delete_topics(names, operation_timeout=30).values():
-        try:
+        with contextlib.suppress(Exception):  # the ledger topic exists only when produce_blocks ran
             fut.result()
-        except Exception:  # the ledger topic exists only when produce_blocks ran
-            pass
 
 
 def bench_tokenize_and_produce(ks: KafkaSettings, tok, texts: list[str]) -> dict:
     topic = new_topic(ks, "tokprod")
     try:
         r = tokenize_and_produce(
-            ks, topic, iter(texts), tokenizer=tok, seq_len=SEQ_LEN, source="bench", ledger_key="bench",
-            content_hash=uuid.uuid4().hex, config=ProducerConfig(text_batch_docs=BATCH_DOCS),
+            ks,
+            topic,
+            iter(texts),
+            tokenizer=tok,
+            seq_len=SEQ_LEN,
+            source="bench",
+            ledger_key="bench",
+            content_hash=uuid.uuid4().hex,
+            config=ProducerConfig(text_batch_docs=BATCH_DOCS),
         )
     finally:
         drop_topics(ks, topic)
@@ -154,7 +160,13 @@ def bench_ours(ks: KafkaSettings, blocks: np.ndarray, per_message: int) -> float
     try:
         chunks = (blocks[i : i + per_message] for i in range(0, len(blocks), per_message))
         r = produce_blocks(
-            ks, topic, chunks, tokenizer=_Tok, seq_len=SEQ_LEN, source="bench", ledger_key="bench",
+            ks,
+            topic,
+            chunks,
+            tokenizer=_Tok,
+            seq_len=SEQ_LEN,
+            source="bench",
+            ledger_key="bench",
             content_hash=uuid.uuid4().hex,
         )
         return r.mb_per_s
@@ -175,11 +187,20 @@ def bench_perf_tool(ks: KafkaSettings, record_size: int, num_records: int) -> fl
         "buffer.memory": str(64 << 20),
     }
     cmd = tool_command(
-        "producer-perf-test", "--topic", topic, "--num-records", str(num_records), "--record-size",
-        str(record_size), "--throughput", "-1", "--producer-props", *[f"{k}={v}" for k, v in props.items()],
+        "producer-perf-test",
+        "--topic",
+        topic,
+        "--num-records",
+        str(num_records),
+        "--record-size",
+        str(record_size),
+        "--throughput",
+        "-1",
+        "--producer-props",
+        *[f"{k}={v}" for k, v in props.items()],
     )
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout  # noqa: S603
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=True).stdout
     finally:
         drop_topics(ks, topic)
     final = [line for line in out.splitlines() if "records sent" in line][-1]
@@ -231,8 +252,13 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "host": {"cpus": os.cpu_count(), "loadavg_1m_at_end": os.getloadavg()[0]},
         "params": {
-            "runs": args.runs, "seq_len": SEQ_LEN, "record_bytes": record_size, "messages": n_messages,
-            "produce_mb": n_messages * record_size / 1e6, "text_mb": args.text_mb, "texts": len(texts),
+            "runs": args.runs,
+            "seq_len": SEQ_LEN,
+            "record_bytes": record_size,
+            "messages": n_messages,
+            "produce_mb": n_messages * record_size / 1e6,
+            "text_mb": args.text_mb,
+            "texts": len(texts),
         },
         "tokenize": {
             "library_encode_batch_tok_per_s": med(runs["lib"]),
@@ -257,21 +283,33 @@ def main() -> None:
     (RESULTS / "producer.json").write_text(json.dumps(result, indent=2))
 
     tk, pr = result["tokenize"], result["produce"]
-    print(f"\nProducer benchmarks, median of {args.runs} runs ({result['params']['produce_mb']:.0f} MB produced per "
-          f"variant, {args.text_mb:g} MB of corpus text, seq_len {SEQ_LEN}, record {record_size} B)\n")
+    print(
+        f"\nProducer benchmarks, median of {args.runs} runs ({result['params']['produce_mb']:.0f} MB produced per "
+        f"variant, {args.text_mb:g} MB of corpus text, seq_len {SEQ_LEN}, record {record_size} B)\n"
+    )
     print("| comparison | ours | reference | ratio | goal |")
     print("|---|---|---|---|---|")
-    print(f"| produce MB/s, same payload (random letters), RF3 acks=all lz4 | {pr['ours_letters_mb_per_s']:.1f} | "
-          f"{pr['perf_tool_mb_per_s']:.1f} (kafka-producer-perf-test) | {pr['ratio_letters']:.2f}x | >= 0.8x |")
-    print(f"| produce MB/s, real token blocks | {pr['ours_tokens_mb_per_s']:.1f} | {pr['perf_tool_mb_per_s']:.1f} | "
-          f"{pr['ratio_tokens']:.2f}x | >= 0.8x |")
-    print(f"| tokenize + pack tokens/s | {tk['ours_encode_and_pack_tok_per_s']:,.0f} | "
-          f"{tk['library_encode_batch_tok_per_s']:,.0f} (tokenizers encode_batch) | {tk['ratio_pack']:.2f}x | >= 0.9x |")
-    print(f"| tokenize + pack + produce (transactional) tokens/s | {tk['ours_tokenize_and_produce_tok_per_s']:,.0f} | "
-          f"{tk['library_encode_batch_tok_per_s']:,.0f} | {tk['ratio_chain']:.2f}x | >= 0.9x |")
-    print(f"| same, excluding the fixed per-call setup (ledger read, init_transactions) | "
-          f"{tk['ours_tokenize_and_produce_after_setup_tok_per_s']:,.0f} | {tk['library_encode_batch_tok_per_s']:,.0f} | "
-          f"{tk['ratio_chain_after_setup']:.2f}x | >= 0.9x |")
+    print(
+        f"| produce MB/s, same payload (random letters), RF3 acks=all lz4 | {pr['ours_letters_mb_per_s']:.1f} | "
+        f"{pr['perf_tool_mb_per_s']:.1f} (kafka-producer-perf-test) | {pr['ratio_letters']:.2f}x | >= 0.8x |"
+    )
+    print(
+        f"| produce MB/s, real token blocks | {pr['ours_tokens_mb_per_s']:.1f} | {pr['perf_tool_mb_per_s']:.1f} | "
+        f"{pr['ratio_tokens']:.2f}x | >= 0.8x |"
+    )
+    print(
+        f"| tokenize + pack tokens/s | {tk['ours_encode_and_pack_tok_per_s']:,.0f} | "
+        f"{tk['library_encode_batch_tok_per_s']:,.0f} (tokenizers encode_batch) | {tk['ratio_pack']:.2f}x | >= 0.9x |"
+    )
+    print(
+        f"| tokenize + pack + produce (transactional) tokens/s | {tk['ours_tokenize_and_produce_tok_per_s']:,.0f} | "
+        f"{tk['library_encode_batch_tok_per_s']:,.0f} | {tk['ratio_chain']:.2f}x | >= 0.9x |"
+    )
+    print(
+        f"| same, excluding the fixed per-call setup (ledger read, init_transactions) | "
+        f"{tk['ours_tokenize_and_produce_after_setup_tok_per_s']:,.0f} | {tk['library_encode_batch_tok_per_s']:,.0f} | "
+        f"{tk['ratio_chain_after_setup']:.2f}x | >= 0.9x |"
+    )
     print("\nstage seconds of tokenize_and_produce (median): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
     print(f"results: {RESULTS / 'producer.json'}")
 

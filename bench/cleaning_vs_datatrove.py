@@ -53,7 +53,9 @@ def load_docs(per_file: int, seed: int = 0, max_chars: int = 60_000):
     for path in sorted(CORPUS.rglob("*")):
         if path.suffix not in (".txt", ".jsonl") or not path.is_file():
             continue
-        items = [i for i in read_object(str(path.relative_to(CORPUS)), path.read_bytes(), cfg) if isinstance(i, Document)]
+        items = [
+            i for i in read_object(str(path.relative_to(CORPUS)), path.read_bytes(), cfg) if isinstance(i, Document)
+        ]
         rng.shuffle(items)
         for doc in items[:per_file]:
             repair.check(doc)
@@ -93,7 +95,7 @@ def agreement(docs):
             mine = ours.check(Document(doc.id, doc.text, doc.source, {"lang": "en"}))
             try:
                 res = theirs.filter(DTDoc(text=doc.text, id=doc.id))
-            except Exception as exc:  # DataTrove crashes on some inputs; count them as their own class
+            except Exception as exc:  # noqa: BLE001 - DataTrove crashes on some inputs; count them as their own class
                 res = (False, f"exception:{type(exc).__name__}")
             dt = None if res is True else (res[1] if isinstance(res, tuple) else "dropped")
             if (mine is None) == (dt is None):
@@ -119,7 +121,9 @@ def _edit(words, rate, rng):
 
 def make_near_dups(docs, n_base, rates, seed=0):
     rng = random.Random(seed)
-    bases = [d for d in docs if d.source.startswith(("web_noisy", "en_gutenberg/")) and 400 < len(d.text.split()) < 20000]
+    bases = [
+        d for d in docs if d.source.startswith(("web_noisy", "en_gutenberg/")) and 400 < len(d.text.split()) < 20000
+    ]
     rng.shuffle(bases)
     items = []
     for b, doc in enumerate(bases[:n_base]):
@@ -218,7 +222,10 @@ def near_dup_quality(items, truth_jaccard=0.7, seeds=(1, 2, 3, 4, 5)):
         predicted = {p for g in groups.values() for p in combinations(g, 2)}
         # a predicted pair across bases only counts as true if it really is that similar
         tp = len(predicted & truth) + sum(
-            1 for i, j in predicted - truth if items[i][0] != items[j][0] and _jaccard(shingle_sets[i], shingle_sets[j]) >= truth_jaccard)
+            1
+            for i, j in predicted - truth
+            if items[i][0] != items[j][0] and _jaccard(shingle_sets[i], shingle_sets[j]) >= truth_jaccard
+        )
         fp, fn = len(predicted) - tp, len(truth - predicted)
         per_rate = {}
         for i, (b, rate, _) in enumerate(items):
@@ -228,7 +235,9 @@ def near_dup_quality(items, truth_jaccard=0.7, seeds=(1, 2, 3, 4, 5)):
         return {
             "precision": round(tp / (tp + fp), 4) if tp + fp else 1.0,
             "recall": round(tp / (tp + fn), 4) if tp + fn else 1.0,
-            "tp": tp, "fp": fp, "fn": fn,
+            "tp": tp,
+            "fp": fp,
+            "fn": fn,
             "detected_by_edit_rate": {str(r): round(float(np.mean(v)), 3) for r, v in sorted(per_rate.items())},
         }
 
@@ -237,25 +246,38 @@ def near_dup_quality(items, truth_jaccard=0.7, seeds=(1, 2, 3, 4, 5)):
     for seed in seeds:
         bands, sig_cpu = our_bands(seed)
         roots, step_cpu, notes = _step_roots(items, default.model_copy(update={"seed": seed}))
-        row = {"ours": {**evaluate(roots), "signature_cpu_s": round(sig_cpu, 3), "dedup_step_cpu_s": round(step_cpu, 3),
-                        "candidates": notes},
-               "ours_lsh_components": {**evaluate(_clusters_from_bands(bands)), "signature_cpu_s": round(sig_cpu, 3)}}
+        row = {
+            "ours": {
+                **evaluate(roots),
+                "signature_cpu_s": round(sig_cpu, 3),
+                "dedup_step_cpu_s": round(step_cpu, 3),
+                "candidates": notes,
+            },
+            "ours_lsh_components": {**evaluate(_clusters_from_bands(bands)), "signature_cpu_s": round(sig_cpu, 3)},
+        }
         dtb, dt_cpu = dt_bands(seed)
         row["datatrove"] = {**evaluate(_clusters_from_bands(dtb)), "signature_cpu_s": round(dt_cpu, 3)}
         if seed == default.seed:
-            sroots, scpu, snotes = _step_roots(items, default.model_copy(update={"verify": "signature"}))
-            row["ours_verify_signature"] = {**evaluate(sroots), "signature_cpu_s": round(sig_cpu, 3),
-                                            "dedup_step_cpu_s": round(scpu, 3)}
+            sroots, scpu, _snotes = _step_roots(items, default.model_copy(update={"verify": "signature"}))
+            row["ours_verify_signature"] = {
+                **evaluate(sroots),
+                "signature_cpu_s": round(sig_cpu, 3),
+                "dedup_step_cpu_s": round(scpu, 3),
+            }
             out.update(row)
         for impl in sweep:
             sweep[impl].append({"seed": seed, **{k: row[impl][k] for k in ("precision", "recall", "tp", "fp", "fn")}})
     out["seed_sweep"] = {
-        impl: {"seeds": list(seeds),
-               "mean_precision": round(float(np.mean([r["precision"] for r in rows])), 4),
-               "mean_recall": round(float(np.mean([r["recall"] for r in rows])), 4),
-               "min_precision": min(r["precision"] for r in rows), "min_recall": min(r["recall"] for r in rows),
-               "runs": rows}
-        for impl, rows in sweep.items()}
+        impl: {
+            "seeds": list(seeds),
+            "mean_precision": round(float(np.mean([r["precision"] for r in rows])), 4),
+            "mean_recall": round(float(np.mean([r["recall"] for r in rows])), 4),
+            "min_precision": min(r["precision"] for r in rows),
+            "min_recall": min(r["recall"] for r in rows),
+            "runs": rows,
+        }
+        for impl, rows in sweep.items()
+    }
     return out
 
 
@@ -285,8 +307,12 @@ def throughput(docs):
     ours = time.process_time() - t0
 
     ftfy_fmt = FTFYFormatter()
-    filters = [GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(filter_no_terminal_punct=False),
-               FineWebQualityFilter()]
+    filters = [
+        GopherRepetitionFilter(),
+        GopherQualityFilter(),
+        C4QualityFilter(filter_no_terminal_punct=False),
+        FineWebQualityFilter(),
+    ]
     signer = MinhashDedupSignature(output_folder="/tmp/dt_minhash_unused", config=MinhashConfig())
     t0 = time.process_time()
     kept = 0
@@ -296,7 +322,7 @@ def throughput(docs):
         for f in filters:
             try:
                 r = f.filter(doc)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a crash counts as a drop
                 r = False
             if r is not True:
                 ok = False
@@ -310,10 +336,18 @@ def throughput(docs):
     return {
         "docs": len(raw),
         "mb": round(mb, 2),
-        "ours": {"cpu_s": round(ours, 2), "docs_per_s": round(len(raw) / ours, 1), "mb_per_s": round(mb / ours, 3),
-                 "kept": len(result.kept)},
-        "datatrove": {"cpu_s": round(theirs, 2), "docs_per_s": round(len(raw) / theirs, 1),
-                      "mb_per_s": round(mb / theirs, 3), "kept_before_dedup": kept},
+        "ours": {
+            "cpu_s": round(ours, 2),
+            "docs_per_s": round(len(raw) / ours, 1),
+            "mb_per_s": round(mb / ours, 3),
+            "kept": len(result.kept),
+        },
+        "datatrove": {
+            "cpu_s": round(theirs, 2),
+            "docs_per_s": round(len(raw) / theirs, 1),
+            "mb_per_s": round(mb / theirs, 3),
+            "kept_before_dedup": kept,
+        },
         "speedup": round(theirs / ours, 2),
         "note": "DataTrove side has no in-memory LSH clustering step (it is a separate file-based stage); ours includes it",
     }
@@ -338,16 +372,29 @@ def _scale_child(factor: int, per_file: int):
     t0 = time.process_time()
     result = CleaningPipeline(CleaningConfig(language=LanguageConfig(enabled=False))).run(docs, "scale", index)
     cpu = time.process_time() - t0
-    print(json.dumps({"factor": factor, "docs": len(docs), "mb": round(mb, 2), "cpu_s": round(cpu, 2),
-                      "kept": len(result.kept),
-                      "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+    print(
+        json.dumps(
+            {
+                "factor": factor,
+                "docs": len(docs),
+                "mb": round(mb, 2),
+                "cpu_s": round(cpu, 2),
+                "kept": len(result.kept),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            }
+        )
+    )
 
 
 def scaling(factors, per_file):
     rows = []
     for f in factors:
-        out = subprocess.run([sys.executable, __file__, "--scale-child", str(f), "--per-file", str(per_file)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--scale-child", str(f), "--per-file", str(per_file)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return rows
 
@@ -363,16 +410,27 @@ def index_cost(docs, batches: int):
         LanguageConfig,
     )
 
-    cfg = CleaningConfig(language=LanguageConfig(enabled=False), gopher_quality=GopherQualityConfig(enabled=False),
-                         gopher_repetition=GopherRepetitionConfig(enabled=False), c4=C4Config(enabled=False),
-                         fineweb=FineWebConfig(enabled=False))
+    cfg = CleaningConfig(
+        language=LanguageConfig(enabled=False),
+        gopher_quality=GopherQualityConfig(enabled=False),
+        gopher_repetition=GopherRepetitionConfig(enabled=False),
+        c4=C4Config(enabled=False),
+        fineweb=FineWebConfig(enabled=False),
+    )
     pipe = CleaningPipeline(cfg)
     index = DedupIndex()
     rows = []
     for b in range(batches):
         rng = random.Random(b)
-        batch = [Document(f"{d.id}~{b}", " ".join(w if rng.random() > 0.2 else f"v{rng.randrange(10**6)}"
-                                                  for w in d.text.split(" ")), d.source, {"lang": "en"}) for d in docs]
+        batch = [
+            Document(
+                f"{d.id}~{b}",
+                " ".join(w if rng.random() > 0.2 else f"v{rng.randrange(10**6)}" for w in d.text.split(" ")),
+                d.source,
+                {"lang": "en"},
+            )
+            for d in docs
+        ]
         t0 = time.process_time()
         result = pipe.run(batch, f"batch-{b}", index)
         dedup_s = sum(s.seconds for s in result.step_stats if s.name in ("exact_dedup", "minhash_dedup"))
@@ -380,51 +438,95 @@ def index_cost(docs, batches: int):
         t1 = time.process_time()
         blob = index.to_bytes()
         ser = time.process_time() - t1
-        rows.append({"batch": b, "docs_in_batch": len(batch), "index_entries_before": index.stats["entries"] - len(result.kept),
-                     "dedup_wall_s": round(dedup_s, 3), "batch_cpu_s": round(cpu, 3),
-                     "index_bytes_per_doc": index.stats["bytes_per_doc"], "serialized_mb": round(len(blob) / 1e6, 3),
-                     "serialize_cpu_s": round(ser, 3),
-                     "cross_batch_drops": sum(1 for d in result.dropped if "batch-" in d.reason and f"batch-{b}/" not in d.reason)})
+        rows.append(
+            {
+                "batch": b,
+                "docs_in_batch": len(batch),
+                "index_entries_before": index.stats["entries"] - len(result.kept),
+                "dedup_wall_s": round(dedup_s, 3),
+                "batch_cpu_s": round(cpu, 3),
+                "index_bytes_per_doc": index.stats["bytes_per_doc"],
+                "serialized_mb": round(len(blob) / 1e6, 3),
+                "serialize_cpu_s": round(ser, 3),
+                "cross_batch_drops": sum(
+                    1 for d in result.dropped if "batch-" in d.reason and f"batch-{b}/" not in d.reason
+                ),
+            }
+        )
     return rows
 
 
 # --------------------------------------------------------------------------- report
 def markdown(res) -> str:
-    lines = ["### Agreement with DataTrove 0.10.1 (same text, English mode, keep/drop per document)", "",
-             "| step | docs | agreement | disagreement classes (count) |", "|---|---:|---:|---|"]
+    lines = [
+        "### Agreement with DataTrove 0.10.1 (same text, English mode, keep/drop per document)",
+        "",
+        "| step | docs | agreement | disagreement classes (count) |",
+        "|---|---:|---:|---|",
+    ]
     for name, a in res["agreement"].items():
         classes = "; ".join(f"{k}: {v}" for k, v in list(a["disagreements"].items())[:5]) or "-"
         lines.append(f"| {name} | {a['docs']} | {a['agreement']:.2%} | {classes} |")
     nd = res["near_dup"]
-    lines += ["", f"### Near-duplicate detection ({nd['docs']} docs, truth: {nd['truth_rule']}, {nd['truth_pairs']} true pairs)", "",
-              "| impl | precision | recall | detected at edit rate | signature CPU s |", "|---|---:|---:|---|---:|"]
+    lines += [
+        "",
+        f"### Near-duplicate detection ({nd['docs']} docs, truth: {nd['truth_rule']}, {nd['truth_pairs']} true pairs)",
+        "",
+        "| impl | precision | recall | detected at edit rate | signature CPU s |",
+        "|---|---:|---:|---|---:|",
+    ]
     for impl in ("ours", "ours_verify_signature", "ours_lsh_components", "datatrove"):
         r = nd[impl]
         det = ", ".join(f"{k}: {v}" for k, v in r["detected_by_edit_rate"].items())
         lines.append(f"| {impl} | {r['precision']} | {r['recall']} | {det} | {r['signature_cpu_s']} |")
     if "seed_sweep" in nd:
         seeds = nd["seed_sweep"]["ours"]["seeds"]
-        lines += ["", f"Same pairs, hash seeds {seeds[0]}..{seeds[-1]} on both sides:", "",
-                  "| impl | mean precision | mean recall | min precision | min recall | precision per seed | recall per seed |",
-                  "|---|---:|---:|---:|---:|---|---|"]
+        lines += [
+            "",
+            f"Same pairs, hash seeds {seeds[0]}..{seeds[-1]} on both sides:",
+            "",
+            "| impl | mean precision | mean recall | min precision | min recall | precision per seed | recall per seed |",
+            "|---|---:|---:|---:|---:|---|---|",
+        ]
         for impl, r in nd["seed_sweep"].items():
-            lines.append(f"| {impl} | {r['mean_precision']} | {r['mean_recall']} | {r['min_precision']} | {r['min_recall']} | "
-                         f"{' '.join(str(x['precision']) for x in r['runs'])} | {' '.join(str(x['recall']) for x in r['runs'])} |")
+            lines.append(
+                f"| {impl} | {r['mean_precision']} | {r['mean_recall']} | {r['min_precision']} | {r['min_recall']} | "
+                f"{' '.join(str(x['precision']) for x in r['runs'])} | {' '.join(str(x['recall']) for x in r['runs'])} |"
+            )
     t = res["throughput"]
-    lines += ["", f"### Throughput per core ({t['docs']} docs, {t['mb']} MB; ftfy + Gopher rep + Gopher quality + C4 + FineWeb + MinHash)", "",
-              "| impl | CPU s | docs/s | MB/s |", "|---|---:|---:|---:|",
-              f"| ours | {t['ours']['cpu_s']} | {t['ours']['docs_per_s']} | {t['ours']['mb_per_s']} |",
-              f"| datatrove | {t['datatrove']['cpu_s']} | {t['datatrove']['docs_per_s']} | {t['datatrove']['mb_per_s']} |",
-              f"| **speedup** | | | **{t['speedup']}x** |"]
-    lines += ["", "### Scaling (whole chain, one process)", "", "| factor | docs | MB | CPU s | MB/s | peak RSS MB |", "|---:|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        f"### Throughput per core ({t['docs']} docs, {t['mb']} MB; ftfy + Gopher rep + Gopher quality + C4 + FineWeb + MinHash)",
+        "",
+        "| impl | CPU s | docs/s | MB/s |",
+        "|---|---:|---:|---:|",
+        f"| ours | {t['ours']['cpu_s']} | {t['ours']['docs_per_s']} | {t['ours']['mb_per_s']} |",
+        f"| datatrove | {t['datatrove']['cpu_s']} | {t['datatrove']['docs_per_s']} | {t['datatrove']['mb_per_s']} |",
+        f"| **speedup** | | | **{t['speedup']}x** |",
+    ]
+    lines += [
+        "",
+        "### Scaling (whole chain, one process)",
+        "",
+        "| factor | docs | MB | CPU s | MB/s | peak RSS MB |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in res["scaling"]:
-        lines.append(f"| {r['factor']}x | {r['docs']} | {r['mb']} | {r['cpu_s']} | {r['mb'] / r['cpu_s']:.3f} | {r['peak_rss_mb']} |")
-    lines += ["", "### Cross-batch index growth (dedup only, each batch = corpus sample with 20% words changed)", "",
-              "| batch | index entries before | dedup s | index bytes/doc | serialized MB | serialize s | cross-batch drops |",
-              "|---:|---:|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {r['factor']}x | {r['docs']} | {r['mb']} | {r['cpu_s']} | {r['mb'] / r['cpu_s']:.3f} | {r['peak_rss_mb']} |"
+        )
+    lines += [
+        "",
+        "### Cross-batch index growth (dedup only, each batch = corpus sample with 20% words changed)",
+        "",
+        "| batch | index entries before | dedup s | index bytes/doc | serialized MB | serialize s | cross-batch drops |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in res["index_cost"]:
-        lines.append(f"| {r['batch']} | {r['index_entries_before']} | {r['dedup_wall_s']} | {r['index_bytes_per_doc']} | "
-                     f"{r['serialized_mb']} | {r['serialize_cpu_s']} | {r['cross_batch_drops']} |")
+        lines.append(
+            f"| {r['batch']} | {r['index_entries_before']} | {r['dedup_wall_s']} | {r['index_bytes_per_doc']} | "
+            f"{r['serialized_mb']} | {r['serialize_cpu_s']} | {r['cross_batch_drops']} |"
+        )
     return "\n".join(lines)
 
 
@@ -433,10 +535,15 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--per-file", type=int, default=None)
     ap.add_argument("--scale-child", type=int, default=None)
-    ap.add_argument("--redo", choices=["near_dup", "agreement", "scaling"], default=None,
-                    help="recompute one part of an existing result")
-    ap.add_argument("--factors", type=int, nargs="+", default=None,
-                    help="scaling factors (default 1 2 5 10, --quick 1 2 5)")
+    ap.add_argument(
+        "--redo",
+        choices=["near_dup", "agreement", "scaling"],
+        default=None,
+        help="recompute one part of an existing result",
+    )
+    ap.add_argument(
+        "--factors", type=int, nargs="+", default=None, help="scaling factors (default 1 2 5 10, --quick 1 2 5)"
+    )
     args = ap.parse_args()
     per_file = args.per_file or (40 if args.quick else 150)
     if args.scale_child is not None:
@@ -449,7 +556,9 @@ def main():
         if args.redo == "near_dup":
             res["near_dup"] = near_dup_quality(make_near_dups(docs, 25 if args.quick else 60, RATES))
         elif args.redo == "scaling":
-            res["scaling"] = scaling(args.factors or ([1, 2, 5] if args.quick else [1, 2, 5, 10]), max(10, res["per_file"] // 8))
+            res["scaling"] = scaling(
+                args.factors or ([1, 2, 5] if args.quick else [1, 2, 5, 10]), max(10, res["per_file"] // 8)
+            )
         else:
             res["agreement"] = agreement(docs)
         RESULTS.write_text(json.dumps(res, indent=2, ensure_ascii=False))

@@ -114,8 +114,10 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
 
-    print(f"Stack start/stop ({', '.join(services)}), {args.runs} run(s), {os.cpu_count()} CPUs, "
-          f"load {load_before:.1f} -> {result['load_avg_1m_after']:.1f}, Kafka CDS archive present: {cds_before}\n")
+    print(
+        f"Stack start/stop ({', '.join(services)}), {args.runs} run(s), {os.cpu_count()} CPUs, "
+        f"load {load_before:.1f} -> {result['load_avg_1m_after']:.1f}, Kafka CDS archive present: {cds_before}\n"
+    )
     print("| step | median |")
     print("|---|---|")
     for key, value in medians.items():

@@ -29,9 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import seed_baseline  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 
-import seed_baseline  # noqa: E402
 from pipeline_project.settings import Settings  # noqa: E402
 from pipeline_project.streaming.format import max_blocks_per_message  # noqa: E402
 from pipeline_project.streaming.kafka_client import KafkaSettings, ensure_topic  # noqa: E402
@@ -52,7 +52,11 @@ def read_corpus(limit_bytes: int) -> list[str]:
         if path.suffix == ".txt":
             texts = [path.read_bytes().decode("utf-8", errors="replace")]
         elif path.suffix == ".jsonl":
-            texts = [json.loads(line).get("text") or "" for line in path.read_text("utf-8", errors="replace").splitlines() if line.strip()]
+            texts = [
+                json.loads(line).get("text") or ""
+                for line in path.read_text("utf-8", errors="replace").splitlines()
+                if line.strip()
+            ]
         else:
             continue
         for t in texts:
@@ -66,7 +70,7 @@ def read_corpus(limit_bytes: int) -> list[str]:
 
 def java_tool(main: str, *args: str, timeout: float = 600) -> str:
     cmd = ["java", "-Xmx1g", "-cp", f"{JARS}/*", main, *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)  # noqa: S603
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(f"{main} failed: {out.stderr[-2000:]}")
     return out.stdout
@@ -110,8 +114,12 @@ def bench_tokenize(tok, docs, seq_len, batch_docs, repeats):
                 out.append(blocks)
         ours.append(n / (time.perf_counter() - t0))
         blocks_out = np.concatenate(out)
-    return {"encode_batch_tokens_per_s": median(raw), "tokenize_pack_tokens_per_s": median(ours),
-            "ratio": median(ours) / median(raw), "tokens": n}, blocks_out
+    return {
+        "encode_batch_tokens_per_s": median(raw),
+        "tokenize_pack_tokens_per_s": median(ours),
+        "ratio": median(ours) / median(raw),
+        "tokens": n,
+    }, blocks_out
 
 
 # -- 3. produce vs ProducerPerformance --------------------------------------------------------
@@ -128,22 +136,53 @@ def bench_produce(kafka, tok, blocks, seq_len, produce_mb, repeats):
         topic = new_topic(kafka, "produce")
         chunks = (data[i : i + per_msg] for i in range(0, n_blocks, per_msg))
         t0 = time.perf_counter()
-        report = produce_blocks(kafka, topic, chunks, tokenizer=tok, seq_len=seq_len, source="bench",
-                                ledger_key=uuid.uuid4().hex, content_hash="bench",
-                                config=ProducerConfig(statistics_interval_ms=0))
+        report = produce_blocks(
+            kafka,
+            topic,
+            chunks,
+            tokenizer=tok,
+            seq_len=seq_len,
+            source="bench",
+            ledger_key=uuid.uuid4().hex,
+            content_hash="bench",
+            config=ProducerConfig(statistics_interval_ms=0),
+        )
         ours.append(report.bytes / MIB / (time.perf_counter() - t0))
         topic = new_topic(kafka, "producer-perf")
         out = java_tool(
-            "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(n_records),
-            "--record-size", str(record_size), "--throughput", "-1",
-            "--transactional-id", f"perf-{uuid.uuid4().hex[:8]}", "--transaction-duration-ms", "600000",
-            "--producer-props", f"bootstrap.servers={kafka.bootstrap_servers}", "acks=all", "compression.type=lz4",
-            "linger.ms=50", "batch.size=1048576", "max.request.size=1048576", "enable.idempotence=true",
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--topic",
+            topic,
+            "--num-records",
+            str(n_records),
+            "--record-size",
+            str(record_size),
+            "--throughput",
+            "-1",
+            "--transactional-id",
+            f"perf-{uuid.uuid4().hex[:8]}",
+            "--transaction-duration-ms",
+            "600000",
+            "--producer-props",
+            f"bootstrap.servers={kafka.bootstrap_servers}",
+            "acks=all",
+            "compression.type=lz4",
+            "linger.ms=50",
+            "batch.size=1048576",
+            "max.request.size=1048576",
+            "enable.idempotence=true",
         )
         java.append(float(re.findall(r"\(([\d.]+) MB/sec\)", out)[-1]))
-    return {"ours_mib_per_s": median(ours), "producer_perf_mib_per_s": median(java),
-            "ratio": median(ours) / median(java), "record_bytes": record_size, "records": n_records,
-            "compression": "lz4", "acks": "all", "transactional": True}
+    return {
+        "ours_mib_per_s": median(ours),
+        "producer_perf_mib_per_s": median(java),
+        "ratio": median(ours) / median(java),
+        "record_bytes": record_size,
+        "records": n_records,
+        "compression": "lz4",
+        "acks": "all",
+        "transactional": True,
+    }
 
 
 # -- 2. raw consume vs ConsumerPerformance ----------------------------------------------------
@@ -178,8 +217,16 @@ def raw_consume(kafka, topic, partitions, n_messages):
 
 
 def run_loader(kafka, topic, seq_len, batch_size, num_workers=1, state=None, max_batches=None):
-    cfg = LoaderConfig(kafka=kafka, topic=topic, seq_len=seq_len, batch_size=batch_size,
-                       rank=0, world_size=1, num_workers=num_workers, idle_timeout_s=30)
+    cfg = LoaderConfig(
+        kafka=kafka,
+        topic=topic,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        rank=0,
+        world_size=1,
+        num_workers=num_workers,
+        idle_timeout_s=30,
+    )
     loader = KafkaBlockLoader(cfg)
     if state is not None:
         loader.load_state_dict(state)
@@ -204,17 +251,35 @@ def bench_consume(kafka, topic, seq_len, batch_size, repeats):
     props.write_text("isolation.level=read_committed\nfetch.max.bytes=67108864\nmax.partition.fetch.bytes=8388608\n")
     java, raw, loader = [], [], []
     for _ in range(repeats):
-        out = java_tool("org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", kafka.bootstrap_servers,
-                        "--topic", topic, "--messages", str(n_msgs - 2 * len(partitions)), "--timeout", "60000",
-                        "--consumer.config", str(props), "--group", f"perf-{uuid.uuid4().hex[:8]}")
+        out = java_tool(
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server",
+            kafka.bootstrap_servers,
+            "--topic",
+            topic,
+            "--messages",
+            str(n_msgs - 2 * len(partitions)),
+            "--timeout",
+            "60000",
+            "--consumer.config",
+            str(props),
+            "--group",
+            f"perf-{uuid.uuid4().hex[:8]}",
+        )
         row = [r for r in out.strip().splitlines() if r and not r.startswith("start.time")][-1].split(",")
         java.append(float(row[8]))  # fetch.MB.sec: excludes the group join, stricter for us
         raw.append(raw_consume(kafka, topic, partitions, n_msgs))
         n, sec, _, _, _ = run_loader(kafka, topic, seq_len, batch_size)
         loader.append(n * 4 / MIB / sec)  # payload bytes (uint32) delivered as ready int64 batches
-    return {"consumer_perf_fetch_mib_per_s": median(java), "ours_raw_consume_mib_per_s": median(raw),
-            "ours_loader_mib_per_s": median(loader), "ratio_raw": median(raw) / median(java),
-            "ratio_loader": median(loader) / median(java), "messages": n_msgs, "isolation": "read_committed"}
+    return {
+        "consumer_perf_fetch_mib_per_s": median(java),
+        "ours_raw_consume_mib_per_s": median(raw),
+        "ours_loader_mib_per_s": median(loader),
+        "ratio_raw": median(raw) / median(java),
+        "ratio_loader": median(loader) / median(java),
+        "messages": n_msgs,
+        "isolation": "read_committed",
+    }
 
 
 # -- 1. delivered training tokens/s: loader vs seed -------------------------------------------
@@ -237,18 +302,29 @@ def bench_delivered(kafka, tok, topic, docs, seq_len, batch_size, repeats, seed_
     _, seed_bytes, seed_produce_s = seed_baseline.produce_lines(kafka.bootstrap_servers, seed_topic, lines)
     seed = []
     for _ in range(repeats):
-        tokens, sec = seed_baseline.consume_batches(kafka.bootstrap_servers, seed_topic, tok.tokenizer,
-                                                    seq_len=seq_len, batch_size=batch_size, max_seconds=seed_seconds)
+        tokens, sec = seed_baseline.consume_batches(
+            kafka.bootstrap_servers,
+            seed_topic,
+            tok.tokenizer,
+            seq_len=seq_len,
+            batch_size=batch_size,
+            max_seconds=seed_seconds,
+        )
         seed.append(tokens / sec)
-    return {"ours_tokens_per_s": median(ours), "seed_tokens_per_s": median(seed), "ratio": median(ours) / median(seed),
-            "seed_lines": len(lines), "seed_produce_mib_per_s": seed_bytes / MIB / seed_produce_s}
+    return {
+        "ours_tokens_per_s": median(ours),
+        "seed_tokens_per_s": median(seed),
+        "ratio": median(ours) / median(seed),
+        "seed_lines": len(lines),
+        "seed_produce_mib_per_s": seed_bytes / MIB / seed_produce_s,
+    }
 
 
 # -- 5. resume cost ---------------------------------------------------------------------------
 
 
 def bench_resume(kafka, topic, seq_len, batch_size, repeats):
-    n, _, _, _, end_state = run_loader(kafka, topic, seq_len, batch_size, max_batches=1)
+    _n, _, _, _, end_state = run_loader(kafka, topic, seq_len, batch_size, max_batches=1)
     _, partitions = count_messages(kafka, topic)
     c = kafka.make_consumer()
     highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
@@ -261,7 +337,7 @@ def bench_resume(kafka, topic, seq_len, batch_size, repeats):
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            _, _, first, _, _ = run_loader(kafka, topic, seq_len, batch_size, state=state, max_batches=1)
+            _, _, _first, _, _ = run_loader(kafka, topic, seq_len, batch_size, state=state, max_batches=1)
             times.append(time.perf_counter() - t0)
         out[f"{label}_s"] = median(times)
         out[f"{label}_offset_fraction"] = frac
@@ -301,14 +377,23 @@ def main() -> None:
     per_msg = max_blocks_per_message(args.seq_len)
     n_blocks = int(args.topic_mb * MIB // (args.seq_len * 4))
     data = np.resize(blocks, (n_blocks, args.seq_len))
-    produce_blocks(kafka, topic, (data[i : i + per_msg] for i in range(0, n_blocks, per_msg)), tokenizer=tok,
-                   seq_len=args.seq_len, source="bench", ledger_key="bench", content_hash="bench")
+    produce_blocks(
+        kafka,
+        topic,
+        (data[i : i + per_msg] for i in range(0, n_blocks, per_msg)),
+        tokenizer=tok,
+        seq_len=args.seq_len,
+        source="bench",
+        ledger_key="bench",
+        content_hash="bench",
+    )
     results["topic"] = {"name": topic, "blocks": n_blocks, "mib": n_blocks * args.seq_len * 4 / MIB}
 
     results["consume"] = bench_consume(kafka, topic, args.seq_len, args.batch_size, args.repeats)
     log("consume", results["consume"])
-    results["delivered"] = bench_delivered(kafka, tok_info, topic, docs, args.seq_len, args.batch_size,
-                                           args.repeats, args.seed_seconds, args.seed_mb)
+    results["delivered"] = bench_delivered(
+        kafka, tok_info, topic, docs, args.seq_len, args.batch_size, args.repeats, args.seed_seconds, args.seed_mb
+    )
     log("delivered", results["delivered"])
     results["resume"] = bench_resume(kafka, topic, args.seq_len, args.batch_size, args.repeats)
     log("resume", results["resume"])
@@ -316,35 +401,63 @@ def main() -> None:
     # what a GPU would need: 6 * params FLOPs per token; a ~100M-param model on one H100 at
     # ~40% of 989 TFLOP/s bf16 consumes ~0.66M tokens/s
     gpu_need = 0.4 * 989e12 / (6 * 100e6)
-    results["gpu"] = {"assumed_gpu_tokens_per_s_100M_model": gpu_need,
-                      "loader_tokens_per_s": results["delivered"]["ours_tokens_per_s"],
-                      "gpus_fed_per_loader": results["delivered"]["ours_tokens_per_s"] / gpu_need}
+    results["gpu"] = {
+        "assumed_gpu_tokens_per_s_100M_model": gpu_need,
+        "loader_tokens_per_s": results["delivered"]["ours_tokens_per_s"],
+        "gpus_fed_per_loader": results["delivered"]["ours_tokens_per_s"] / gpu_need,
+    }
 
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     r = results
     rows = [
-        ("1. delivered training tokens/s (topic -> int64 batch)", f"{r['delivered']['ours_tokens_per_s']:,.0f}",
-         f"seed (kafka-python + per-message tokenize): {r['delivered']['seed_tokens_per_s']:,.0f}",
-         f"{r['delivered']['ratio']:.0f}x", ">= 100x"),
-        ("2. raw consume MiB/s (read_committed)", f"{r['consume']['ours_raw_consume_mib_per_s']:.1f} "
-         f"(loader {r['consume']['ours_loader_mib_per_s']:.1f})",
-         f"ConsumerPerformance fetch: {r['consume']['consumer_perf_fetch_mib_per_s']:.1f}",
-         f"{r['consume']['ratio_raw']:.2f}x (loader {r['consume']['ratio_loader']:.2f}x)", ">= 0.8x"),
-        ("3. produce MiB/s (RF3, acks=all, lz4, transactional)", f"{r['produce']['ours_mib_per_s']:.1f}",
-         f"ProducerPerformance: {r['produce']['producer_perf_mib_per_s']:.1f}", f"{r['produce']['ratio']:.2f}x", ">= 0.8x"),
-        ("4. tokenize+pack tokens/s", f"{r['tokenize']['tokenize_pack_tokens_per_s']:,.0f}",
-         f"encode_batch: {r['tokenize']['encode_batch_tokens_per_s']:,.0f}", f"{r['tokenize']['ratio']:.2f}x", ">= 0.9x"),
-        ("5. resume to first batch, s (1% vs 95% deep)", f"{r['resume']['near_start_s']:.3f} / {r['resume']['deep_s']:.3f}",
-         "flat", f"{r['resume']['ratio_deep_over_start']:.2f}x", "flat, < 2 s"),
+        (
+            "1. delivered training tokens/s (topic -> int64 batch)",
+            f"{r['delivered']['ours_tokens_per_s']:,.0f}",
+            f"seed (kafka-python + per-message tokenize): {r['delivered']['seed_tokens_per_s']:,.0f}",
+            f"{r['delivered']['ratio']:.0f}x",
+            ">= 100x",
+        ),
+        (
+            "2. raw consume MiB/s (read_committed)",
+            f"{r['consume']['ours_raw_consume_mib_per_s']:.1f} (loader {r['consume']['ours_loader_mib_per_s']:.1f})",
+            f"ConsumerPerformance fetch: {r['consume']['consumer_perf_fetch_mib_per_s']:.1f}",
+            f"{r['consume']['ratio_raw']:.2f}x (loader {r['consume']['ratio_loader']:.2f}x)",
+            ">= 0.8x",
+        ),
+        (
+            "3. produce MiB/s (RF3, acks=all, lz4, transactional)",
+            f"{r['produce']['ours_mib_per_s']:.1f}",
+            f"ProducerPerformance: {r['produce']['producer_perf_mib_per_s']:.1f}",
+            f"{r['produce']['ratio']:.2f}x",
+            ">= 0.8x",
+        ),
+        (
+            "4. tokenize+pack tokens/s",
+            f"{r['tokenize']['tokenize_pack_tokens_per_s']:,.0f}",
+            f"encode_batch: {r['tokenize']['encode_batch_tokens_per_s']:,.0f}",
+            f"{r['tokenize']['ratio']:.2f}x",
+            ">= 0.9x",
+        ),
+        (
+            "5. resume to first batch, s (1% vs 95% deep)",
+            f"{r['resume']['near_start_s']:.3f} / {r['resume']['deep_s']:.3f}",
+            "flat",
+            f"{r['resume']['ratio_deep_over_start']:.2f}x",
+            "flat, < 2 s",
+        ),
     ]
-    print(f"\nStreaming benchmarks (median of {args.repeats}; {os.cpu_count()} CPUs, 3 local brokers, seq_len {args.seq_len}, batch {args.batch_size})\n")
+    print(
+        f"\nStreaming benchmarks (median of {args.repeats}; {os.cpu_count()} CPUs, 3 local brokers, seq_len {args.seq_len}, batch {args.batch_size})\n"
+    )
     print("| comparison | ours | reference | ratio | goal |\n|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    print(f"\nGPU rate: the loader sustains {r['gpu']['loader_tokens_per_s']:,.0f} tokens/s on one rank, "
-          f"{r['gpu']['gpus_fed_per_loader']:.1f}x what one H100 training a 100M-param model consumes "
-          f"(~{gpu_need:,.0f} tokens/s).")
+    print(
+        f"\nGPU rate: the loader sustains {r['gpu']['loader_tokens_per_s']:,.0f} tokens/s on one rank, "
+        f"{r['gpu']['gpus_fed_per_loader']:.1f}x what one H100 training a 100M-param model consumes "
+        f"(~{gpu_need:,.0f} tokens/s)."
+    )
 
 
 if __name__ == "__main__":

@@ -23,8 +23,14 @@ from pipeline_project.training.trainer import StepMetrics, TrainConfig, resolve_
 
 
 def measure(preset: str, steps: int, batch: int, seq_len: int, vocab: int) -> dict:
-    cfg = TrainConfig(preset=ModelPreset(name=preset), batch_size=batch, seq_len=seq_len, max_steps=steps,
-                      warmup_steps=2, device="auto")
+    cfg = TrainConfig(
+        preset=ModelPreset(name=preset),
+        batch_size=batch,
+        seq_len=seq_len,
+        max_steps=steps,
+        warmup_steps=2,
+        device="auto",
+    )
     device = resolve_device(cfg)
     state = build_training_state(cfg, vocab, device)
     batches = [torch.randint(0, vocab, (batch, seq_len)) for _ in range(steps)]
@@ -61,13 +67,24 @@ def main() -> None:
     print("| preset | params | device | batch x seq | tokens/s | step (s) | data-wait | loss after |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['preset']} | {r['parameters'] / 1e6:.1f}M | {r['device']} | {r['batch']}x{r['seq_len']} | "
-              f"{r['tokens_per_s']:,.0f} | {r['step_time_s']:.3f} | {100 * r['data_wait_fraction']:.3f}% | "
-              f"{r['final_loss']:.3f} |")
+        print(
+            f"| {r['preset']} | {r['parameters'] / 1e6:.1f}M | {r['device']} | {r['batch']}x{r['seq_len']} | "
+            f"{r['tokens_per_s']:,.0f} | {r['step_time_s']:.3f} | {100 * r['data_wait_fraction']:.3f}% | "
+            f"{r['final_loss']:.3f} |"
+        )
     out = Path(__file__).parent / "results" / "training.json"
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"machine": platform.platform(), "cpus": torch.get_num_threads(),
-                               "cuda": torch.cuda.is_available(), "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": platform.platform(),
+                "cpus": torch.get_num_threads(),
+                "cuda": torch.cuda.is_available(),
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {out}")
 
 

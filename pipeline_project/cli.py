@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -18,26 +18,38 @@ from rich.text import Text
 from pipeline_project.stack import SERVICES, Stack, StackConfig, StackError, parse_services, tool_command
 from pipeline_project.stack.config import DEFAULT_SERVICES
 
-app = typer.Typer(help="Dagster ML data platform: raw text -> cleaned shards -> Kafka token blocks -> DeepSeek checkpoint.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-stack_app = typer.Typer(help="The embedded local stack: 3-broker Kafka (KRaft), s3proxy, MLflow, Dagster.",
-                        no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="Dagster ML data platform: raw text -> cleaned shards -> Kafka token blocks -> DeepSeek checkpoint.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+stack_app = typer.Typer(
+    help="The embedded local stack: 3-broker Kafka (KRaft), s3proxy, MLflow, Dagster.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 app.add_typer(stack_app, name="stack")
 
 # Aliases whose tool takes --bootstrap-server: the stack's brokers are filled in when the caller gives none.
-BOOTSTRAP_TOOLS = {"topics", "console-consumer", "console-producer", "metadata-quorum", "broker-api-versions",
-                   "consumer-perf-test", "get-offsets", "configs"}
+BOOTSTRAP_TOOLS = {
+    "topics",
+    "console-consumer",
+    "console-producer",
+    "metadata-quorum",
+    "broker-api-versions",
+    "consumer-perf-test",
+    "get-offsets",
+    "configs",
+}
 
 # Piped output (CI logs) gets a wide table instead of rich's 80-column fallback.
 console = Console() if sys.stdout.isatty() else Console(width=160)
 err_console = Console(stderr=True)
 
 StateDir = Annotated[
-    Optional[Path], typer.Option("--state-dir", help="State directory [env PIPELINE_STATE_DIR, default <repo>/.state]")
+    Path | None, typer.Option("--state-dir", help="State directory [env PIPELINE_STATE_DIR, default <repo>/.state]")
 ]
-ServicesOpt = Annotated[
-    Optional[str], typer.Option("--services", help=f"Comma-separated subset of {','.join(SERVICES)}")
-]
+ServicesOpt = Annotated[str | None, typer.Option("--services", help=f"Comma-separated subset of {','.join(SERVICES)}")]
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -66,12 +78,14 @@ def _ports(kafka_ports: str | None) -> tuple[int, ...] | None:
 @stack_app.command()
 def up(
     services: ServicesOpt = None,
-    with_dagster: Annotated[bool, typer.Option("--with-dagster", help="Also start dagster-webserver and dagster-daemon")] = False,
+    with_dagster: Annotated[
+        bool, typer.Option("--with-dagster", help="Also start dagster-webserver and dagster-daemon")
+    ] = False,
     state_dir: StateDir = None,
-    kafka_ports: Annotated[Optional[str], typer.Option(help="Broker ports, e.g. 19092,19093,19094")] = None,
-    s3_port: Annotated[Optional[int], typer.Option(help="s3proxy port")] = None,
-    mlflow_port: Annotated[Optional[int], typer.Option(help="MLflow port")] = None,
-    dagster_port: Annotated[Optional[int], typer.Option(help="Dagster webserver port")] = None,
+    kafka_ports: Annotated[str | None, typer.Option(help="Broker ports, e.g. 19092,19093,19094")] = None,
+    s3_port: Annotated[int | None, typer.Option(help="s3proxy port")] = None,
+    mlflow_port: Annotated[int | None, typer.Option(help="MLflow port")] = None,
+    dagster_port: Annotated[int | None, typer.Option(help="Dagster webserver port")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for health")] = 180.0,
 ) -> None:
     """Start the services that are not running and wait until all are healthy (idempotent)."""
@@ -80,13 +94,20 @@ def up(
         names = parse_services(services, default)
         if with_dagster and "dagster" not in names:
             names.append("dagster")
-        stack = _stack(state_dir, kafka_ports=_ports(kafka_ports), s3_port=s3_port, mlflow_port=mlflow_port,
-                       dagster_port=dagster_port)
+        stack = _stack(
+            state_dir,
+            kafka_ports=_ports(kafka_ports),
+            s3_port=s3_port,
+            mlflow_port=mlflow_port,
+            dagster_port=dagster_port,
+        )
         started_at = time.monotonic()
         with console.status("starting the stack...") as spinner:
+
             def progress(msg: str) -> None:
                 console.log(msg)
                 spinner.update(msg)
+
             try:
                 stack.up(names, timeout=timeout, progress=progress)
             except KeyboardInterrupt:
@@ -150,7 +171,9 @@ def status(
 
 @stack_app.command()
 def logs(
-    name: Annotated[str, typer.Argument(help="Service (kafka, s3, mlflow, dagster) or process (kafka-2, dagster-daemon)")],
+    name: Annotated[
+        str, typer.Argument(help="Service (kafka, s3, mlflow, dagster) or process (kafka-2, dagster-daemon)")
+    ],
     lines: Annotated[int, typer.Option("-n", "--lines", help="Lines per log")] = 50,
     state_dir: StateDir = None,
 ) -> None:
@@ -173,8 +196,13 @@ def logs(
 )
 def kafka_tool_cmd(
     ctx: typer.Context,
-    tool: Annotated[str, typer.Argument(help="Class name or alias: topics, console-consumer, metadata-quorum, "
-                                             "broker-api-versions, producer-perf-test, consumer-perf-test, ...")],
+    tool: Annotated[
+        str,
+        typer.Argument(
+            help="Class name or alias: topics, console-consumer, metadata-quorum, "
+            "broker-api-versions, producer-perf-test, consumer-perf-test, ..."
+        ),
+    ],
 ) -> None:
     """Run one of Kafka's own tools from the stack's jars, e.g. `kafka-tool topics --list` (the stack's brokers are
     the default --bootstrap-server)."""
@@ -186,15 +214,20 @@ def kafka_tool_cmd(
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
     sys.stdout.flush()
-    raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))  # noqa: S603
+    raise typer.Exit(subprocess.call(cmd, env=os.environ.copy()))
 
 
 @app.command()
 def demo(
-    source: Annotated[Optional[Path], typer.Option("--source", help="Upload your own files from DIR instead of the generated sample")] = None,
+    source: Annotated[
+        Path | None, typer.Option("--source", help="Upload your own files from DIR instead of the generated sample")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each phase")] = 1800.0,
     train_steps: Annotated[int, typer.Option(help="Cap on training steps (0 = train on everything new)")] = 40,
-    seed: Annotated[Optional[int], typer.Option(help="Seed of the generated sample (default: from the clock, so each demo adds new text)")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Seed of the generated sample (default: from the clock, so each demo adds new text)"),
+    ] = None,
     state_dir: StateDir = None,
 ) -> None:
     """The main job: stack up (Dagster included), upload a corpus to S3, let the sensor ingest it, train, summarize."""
@@ -205,9 +238,11 @@ def demo(
     try:
         stack = _stack(state_dir)
         with console.status("starting the stack (Kafka x3, S3, MLflow, Dagster)...") as spinner:
+
             def progress(msg: str) -> None:
                 console.log(msg)
                 spinner.update(msg)
+
             stack.up([*DEFAULT_SERVICES, "dagster"], timeout=300, progress=progress)
         _print_status(stack.status([*DEFAULT_SERVICES, "dagster"]))
         run_demo(source, timeout, stack, train_steps=train_steps, seed=seed)

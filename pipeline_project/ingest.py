@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Iterator
 
 SUPPORTED_SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".json.gz", ".jsonl.gz", ".jsonl.zst", ".html")
 MANIFEST_PREFIX = "manifests/"
@@ -23,7 +23,7 @@ class RawObject:
     last_modified: str
 
     @classmethod
-    def from_listing(cls, obj: dict) -> "RawObject":
+    def from_listing(cls, obj: dict) -> RawObject:
         lm = obj["LastModified"]
         return cls(
             key=obj["Key"],
@@ -54,7 +54,7 @@ class BatchManifest:
         return json.dumps(payload, indent=1, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> "BatchManifest":
+    def from_json(cls, data: bytes) -> BatchManifest:
         d = json.loads(data)
         return cls(
             batch_id=d["batch_id"],
@@ -89,8 +89,7 @@ def write_manifest_once(client, manifest: BatchManifest) -> BatchManifest:
         return BatchManifest.from_json(existing)
     except client.exceptions.NoSuchKey:
         pass
-    client.put_object(Bucket=manifest.bucket, Key=manifest.key, Body=manifest.to_json(),
-                      ContentType="application/json")
+    client.put_object(Bucket=manifest.bucket, Key=manifest.key, Body=manifest.to_json(), ContentType="application/json")
     return manifest
 
 
@@ -133,7 +132,7 @@ class SensorCursor:
         return json.dumps({"since": self.since, "edge_keys": list(self.edge_keys)})
 
     @classmethod
-    def from_json(cls, raw: str | None) -> "SensorCursor":
+    def from_json(cls, raw: str | None) -> SensorCursor:
         if not raw:
             return cls()
         d = json.loads(raw)
@@ -173,8 +172,12 @@ def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
 
     for obj in manifest.objects:
         if not is_supported(obj.key):
-            yield Quarantined(id=obj.key, source=obj.key, reason="unsupported_format",
-                              detail=f"suffix not one of {', '.join(SUPPORTED_SUFFIXES)}")
+            yield Quarantined(
+                id=obj.key,
+                source=obj.key,
+                reason="unsupported_format",
+                detail=f"suffix not one of {', '.join(SUPPORTED_SUFFIXES)}",
+            )
             continue
         try:
             data = fetch_object(client, manifest.bucket, obj)

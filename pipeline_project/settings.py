@@ -35,11 +35,11 @@ def _local_kafka_bootstrap() -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    kafka_bootstrap: str = field(
-        default_factory=lambda: _env("PIPELINE_KAFKA_BOOTSTRAP", _local_kafka_bootstrap())
-    )
+    kafka_bootstrap: str = field(default_factory=lambda: _env("PIPELINE_KAFKA_BOOTSTRAP", _local_kafka_bootstrap()))
     s3_endpoint: str = field(
-        default_factory=lambda: _env("PIPELINE_S3_ENDPOINT", f"http://127.0.0.1:{_local_port('PIPELINE_S3_PORT', LOCAL_S3_PORT)}")
+        default_factory=lambda: _env(
+            "PIPELINE_S3_ENDPOINT", f"http://127.0.0.1:{_local_port('PIPELINE_S3_PORT', LOCAL_S3_PORT)}"
+        )
     )
     s3_access_key: str = field(default_factory=lambda: _env("AWS_ACCESS_KEY_ID", LOCAL_S3_ACCESS_KEY))
     s3_secret_key: str = field(default_factory=lambda: _env("AWS_SECRET_ACCESS_KEY", LOCAL_S3_SECRET_KEY))
@@ -47,14 +47,18 @@ class Settings:
     bucket: str = field(default_factory=lambda: _env("PIPELINE_S3_BUCKET", "pipeline"))
     raw_prefix: str = field(default_factory=lambda: _env("PIPELINE_RAW_PREFIX", "raw/"))
     mlflow_tracking_uri: str = field(
-        default_factory=lambda: _env("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_local_port('PIPELINE_MLFLOW_PORT', LOCAL_MLFLOW_PORT)}")
+        default_factory=lambda: _env(
+            "MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_local_port('PIPELINE_MLFLOW_PORT', LOCAL_MLFLOW_PORT)}"
+        )
     )
     mlflow_artifacts_bucket: str = field(
         default_factory=lambda: _env("PIPELINE_MLFLOW_ARTIFACTS_BUCKET", "mlflow-artifacts")
     )
     topic: str = field(default_factory=lambda: _env("PIPELINE_TOPIC", "token-blocks"))
     dagster_url: str = field(
-        default_factory=lambda: _env("PIPELINE_DAGSTER_URL", f"http://127.0.0.1:{_local_port('PIPELINE_DAGSTER_PORT', LOCAL_DAGSTER_PORT)}")
+        default_factory=lambda: _env(
+            "PIPELINE_DAGSTER_URL", f"http://127.0.0.1:{_local_port('PIPELINE_DAGSTER_PORT', LOCAL_DAGSTER_PORT)}"
+        )
     )
 
     @property

@@ -1,6 +1,5 @@
 """`deepseek_checkpoint`: a DeepseekV3ForCausalLM trained on the topic, out of process via dagster-pipes."""
 
-
 import math
 
 import dagster as dg
@@ -26,8 +25,14 @@ def _materialized_batches(instance: dg.DagsterInstance) -> list[str]:
     "materialization continues from the previous checkpoint and the Kafka offsets saved in it, so new data is "
     "trained on once. HF format (safetensors + tokenizer) and resume state in S3; metrics and weights in MLflow.",
 )
-def deepseek_checkpoint(context: dg.AssetExecutionContext, s3: S3Resource, kafka: KafkaResource,
-                        layout: PipelineLayout, mlflow: MlflowResource, trainer: TrainerResource):
+def deepseek_checkpoint(
+    context: dg.AssetExecutionContext,
+    s3: S3Resource,
+    kafka: KafkaResource,
+    layout: PipelineLayout,
+    mlflow: MlflowResource,
+    trainer: TrainerResource,
+):
     batches = _materialized_batches(context.instance)
     job_config = trainer.job_config(
         kafka=kafka.settings(),
@@ -52,8 +57,11 @@ def loss_is_finite(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResul
     return dg.AssetCheckResult(passed=bool(ok), metadata={"final_loss": str(loss), "steps": meta.get("steps", 0)})
 
 
-@dg.asset_check(asset=deepseek_checkpoint, blocking=True,
-                description="The checkpoint in S3 reloads with AutoModelForCausalLM and generates tokens.")
+@dg.asset_check(
+    asset=deepseek_checkpoint,
+    blocking=True,
+    description="The checkpoint in S3 reloads with AutoModelForCausalLM and generates tokens.",
+)
 def checkpoint_reloads(context: dg.AssetCheckExecutionContext, s3: S3Resource) -> dg.AssetCheckResult:
     import tempfile
 
@@ -65,5 +73,6 @@ def checkpoint_reloads(context: dg.AssetCheckExecutionContext, s3: S3Resource) -
         return dg.AssetCheckResult(passed=meta.get("steps", 0) == 0, metadata={"reason": "no checkpoint written"})
     with tempfile.TemporaryDirectory() as tmp:
         generated = reload_and_generate(s3.get_client(), uri, tmp, new_tokens=4)
-    return dg.AssetCheckResult(passed=len(generated) == 4, metadata={"checkpoint_uri": uri,
-                                                                      "generated_token_ids": generated})
+    return dg.AssetCheckResult(
+        passed=len(generated) == 4, metadata={"checkpoint_uri": uri, "generated_token_ids": generated}
+    )

@@ -1,6 +1,5 @@
 """`cleaned_shards`: repaired, filtered, PII-masked, deduplicated documents as zstd JSONL shards in S3."""
 
-
 import hashlib
 import io
 import json
@@ -51,8 +50,9 @@ def read_shard_manifest(client, layout: PipelineLayout, batch_id: str) -> dict:
     description="Encoding repair, language ID, quality filters, PII masking, exact + MinHash dedup across "
     "batches. Writes zstd JSONL shards + manifest; every dropped document goes to the exclusion sink with its reason.",
 )
-def cleaned_shards(context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout,
-                   cleaning: CleaningResource) -> dg.MaterializeResult:
+def cleaned_shards(
+    context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout, cleaning: CleaningResource
+) -> dg.MaterializeResult:
     from pipeline_project.cleaning import CleaningPipeline, write_shards
 
     batch_id = context.partition_key
@@ -71,8 +71,15 @@ def cleaned_shards(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pi
     for shard in write_shards(result.kept):
         key = f"{shard_dir}{shard.name}"
         client.put_object(Bucket=layout.bucket, Key=key, Body=shard.data)
-        shard_entries.append({"key": key, "docs": shard.docs, "raw_bytes": shard.raw_bytes,
-                              "bytes": len(shard.data), "sha256": hashlib.sha256(shard.data).hexdigest()})
+        shard_entries.append(
+            {
+                "key": key,
+                "docs": shard.docs,
+                "raw_bytes": shard.raw_bytes,
+                "bytes": len(shard.data),
+                "sha256": hashlib.sha256(shard.data).hexdigest(),
+            }
+        )
 
     exclusions_key = f"{layout.exclusions_dir(batch_id)}excluded.jsonl.zst"
     excluded = [
@@ -99,7 +106,9 @@ def cleaned_shards(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pi
 
     dropped_by_reason: dict[str, int] = {}
     for d in result.dropped:
-        dropped_by_reason[f"{d.step}:{d.reason.split(':', 1)[0]}"] = dropped_by_reason.get(f"{d.step}:{d.reason.split(':', 1)[0]}", 0) + 1
+        dropped_by_reason[f"{d.step}:{d.reason.split(':', 1)[0]}"] = (
+            dropped_by_reason.get(f"{d.step}:{d.reason.split(':', 1)[0]}", 0) + 1
+        )
     for q in result.quarantined:
         dropped_by_reason[f"quarantine:{q.reason}"] = dropped_by_reason.get(f"quarantine:{q.reason}", 0) + 1
     context.log.info(f"batch {batch_id}: {counts}")
@@ -122,10 +131,15 @@ def cleaned_shards(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pi
     )
 
 
-@dg.asset_check(asset=cleaned_shards, partitions_def=batches, blocking=True,
-                description="documents in == kept + dropped + quarantined, in the metadata and in the shard manifest.")
-def cleaned_counts_add_up(context: dg.AssetCheckExecutionContext, s3: S3Resource,
-                          layout: PipelineLayout) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=cleaned_shards,
+    partitions_def=batches,
+    blocking=True,
+    description="documents in == kept + dropped + quarantined, in the metadata and in the shard manifest.",
+)
+def cleaned_counts_add_up(
+    context: dg.AssetCheckExecutionContext, s3: S3Resource, layout: PipelineLayout
+) -> dg.AssetCheckResult:
     meta = latest_materialization_metadata(context.instance, cleaned_shards.key, context.partition_key)
     manifest = read_shard_manifest(s3.get_client(), layout, context.partition_key)
     c = manifest["counts"]
@@ -137,10 +151,15 @@ def cleaned_counts_add_up(context: dg.AssetCheckExecutionContext, s3: S3Resource
     return dg.AssetCheckResult(passed=bool(ok), metadata={"counts": c})
 
 
-@dg.asset_check(asset=cleaned_shards, partitions_def=batches, blocking=True,
-                description="Every shard downloads, matches its sha256 and decodes to the documents it claims.")
-def cleaned_shards_readable(context: dg.AssetCheckExecutionContext, s3: S3Resource,
-                            layout: PipelineLayout) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=cleaned_shards,
+    partitions_def=batches,
+    blocking=True,
+    description="Every shard downloads, matches its sha256 and decodes to the documents it claims.",
+)
+def cleaned_shards_readable(
+    context: dg.AssetCheckExecutionContext, s3: S3Resource, layout: PipelineLayout
+) -> dg.AssetCheckResult:
     from pipeline_project.cleaning import read_shard
 
     client = s3.get_client()

@@ -7,8 +7,9 @@ batches = dg.DynamicPartitionsDefinition(name="batches")
 NETWORK_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.FULL)
 
 
-def latest_materialization_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey,
-                                    partition: str | None = None) -> dict:
+def latest_materialization_metadata(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: str | None = None
+) -> dict:
     """Metadata of the newest materialization of an asset (partition), as plain values."""
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition] if partition else None),

@@ -1,6 +1,5 @@
 """`raw_text`: one batch of S3 objects, named by an immutable manifest the sensor wrote."""
 
-
 from collections import Counter
 
 import dagster as dg
@@ -20,8 +19,9 @@ from pipeline_project.resources.layout import PipelineLayout
     description="A batch of raw text objects in S3 (.txt, .jsonl, .json.gz, .jsonl.zst, .txt.gz), "
     "listed with keys, etags and sizes in an immutable manifest.",
 )
-def raw_text(context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout,
-             cleaning: CleaningResource) -> dg.MaterializeResult:
+def raw_text(
+    context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout, cleaning: CleaningResource
+) -> dg.MaterializeResult:
     from pipeline_project.cleaning import Quarantined
 
     client = s3.get_client()
@@ -33,8 +33,10 @@ def raw_text(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pipeline
             reasons[item.reason] += 1
         else:
             documents += 1
-    context.log.info(f"batch {manifest.batch_id}: {len(manifest.objects)} objects, {documents} documents, "
-                     f"{sum(reasons.values())} quarantined")
+    context.log.info(
+        f"batch {manifest.batch_id}: {len(manifest.objects)} objects, {documents} documents, "
+        f"{sum(reasons.values())} quarantined"
+    )
     suffixes = Counter(o.key.rsplit("/", 1)[-1].split(".", 1)[-1] for o in manifest.objects)
     return dg.MaterializeResult(
         metadata={
@@ -49,9 +51,12 @@ def raw_text(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pipeline
     )
 
 
-@dg.asset_check(asset=raw_text, partitions_def=batches, description="Every object of the manifest is still in S3, unchanged.")
-def raw_objects_unchanged(context: dg.AssetCheckExecutionContext, s3: S3Resource,
-                          layout: PipelineLayout) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=raw_text, partitions_def=batches, description="Every object of the manifest is still in S3, unchanged."
+)
+def raw_objects_unchanged(
+    context: dg.AssetCheckExecutionContext, s3: S3Resource, layout: PipelineLayout
+) -> dg.AssetCheckResult:
     client = s3.get_client()
     manifest = read_manifest(client, layout.bucket, context.partition_key)
     changed = []
@@ -63,5 +68,4 @@ def raw_objects_unchanged(context: dg.AssetCheckExecutionContext, s3: S3Resource
             continue
         if str(head.get("ETag", "")).strip('"') != obj.etag or int(head["ContentLength"]) != obj.size:
             changed.append(f"{obj.key}: etag/size differ")
-    return dg.AssetCheckResult(passed=not changed, metadata={"objects": len(manifest.objects),
-                                                              "changed": changed[:20]})
+    return dg.AssetCheckResult(passed=not changed, metadata={"objects": len(manifest.objects), "changed": changed[:20]})

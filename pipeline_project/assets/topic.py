@@ -1,6 +1,5 @@
 """`kafka_topic`: the cleaned batch as DeepSeek token blocks in Kafka, produced in one transaction."""
 
-
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
@@ -37,17 +36,25 @@ def offset_ranges_table(ranges: dict) -> str:
     "topic, produced transactionally. A ledger record in `<topic>.ledger`, committed in the same transaction, "
     "makes re-materialization produce nothing twice.",
 )
-def kafka_topic(context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout,
-                kafka: KafkaResource, mlflow: MlflowResource) -> dg.MaterializeResult:
+def kafka_topic(
+    context: dg.AssetExecutionContext,
+    s3: S3Resource,
+    layout: PipelineLayout,
+    kafka: KafkaResource,
+    mlflow: MlflowResource,
+) -> dg.MaterializeResult:
     from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
     from pipeline_project.streaming.tokenizer import load_tokenizer
 
     batch_id = context.partition_key
     client = s3.get_client()
     manifest = read_shard_manifest(client, layout, batch_id)
-    kafka.ensure_topic(layout.topic, partitions=layout.topic_partitions,
-                       replication_factor=layout.replication_factor,
-                       min_insync_replicas=layout.min_insync_replicas)
+    kafka.ensure_topic(
+        layout.topic,
+        partitions=layout.topic_partitions,
+        replication_factor=layout.replication_factor,
+        min_insync_replicas=layout.min_insync_replicas,
+    )
     cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
     report = tokenize_and_produce(
         kafka.settings(),
@@ -67,12 +74,19 @@ def kafka_topic(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pipel
         mlflow_url = mlflow.log_ingest_run(
             run_name=f"produce-{batch_id}",
             tags={"dagster.run_id": context.run.run_id, "batch": batch_id, "topic": layout.topic},
-            params={"seq_len": layout.seq_len, "partitions": layout.topic_partitions,
-                    "tokenizer": report.tokenizer_name},
-            metrics={"blocks": report.blocks, "tokens": report.tokens, "bytes": report.bytes,
-                     "produce_mb_per_s": report.mb_per_s, **stage,
-                     **{f"kafka_{k}": v for k, v in (report.kafka_stats or {}).items()
-                        if isinstance(v, (int, float))}},
+            params={
+                "seq_len": layout.seq_len,
+                "partitions": layout.topic_partitions,
+                "tokenizer": report.tokenizer_name,
+            },
+            metrics={
+                "blocks": report.blocks,
+                "tokens": report.tokens,
+                "bytes": report.bytes,
+                "produce_mb_per_s": report.mb_per_s,
+                **stage,
+                **{f"kafka_{k}": v for k, v in (report.kafka_stats or {}).items() if isinstance(v, (int, float))},
+            },
         )
     context.log.info(f"batch {batch_id}: {report.blocks} blocks, {report.tokens} tokens, reused={report.reused}")
     metadata = {
@@ -94,10 +108,15 @@ def kafka_topic(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pipel
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=kafka_topic, partitions_def=batches, blocking=True,
-                description="The topic holds the offsets the asset claims, and they carry this batch's blocks.")
-def topic_holds_claimed_offsets(context: dg.AssetCheckExecutionContext, kafka: KafkaResource,
-                                layout: PipelineLayout) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=kafka_topic,
+    partitions_def=batches,
+    blocking=True,
+    description="The topic holds the offsets the asset claims, and they carry this batch's blocks.",
+)
+def topic_holds_claimed_offsets(
+    context: dg.AssetCheckExecutionContext, kafka: KafkaResource, layout: PipelineLayout
+) -> dg.AssetCheckResult:
     from confluent_kafka import TopicPartition
 
     from pipeline_project.streaming.format import H_SOURCE
@@ -123,5 +142,7 @@ def topic_holds_claimed_offsets(context: dg.AssetCheckExecutionContext, kafka: K
     finally:
         consumer.close()
     nothing_to_hold = not ranges and meta.get("blocks") == 0
-    return dg.AssetCheckResult(passed=(bool(ranges) or nothing_to_hold) and not problems,
-                               metadata={"partitions": len(ranges), "problems": problems})
+    return dg.AssetCheckResult(
+        passed=(bool(ranges) or nothing_to_hold) and not problems,
+        metadata={"partitions": len(ranges), "problems": problems},
+    )

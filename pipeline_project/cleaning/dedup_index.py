@@ -126,7 +126,14 @@ class DedupIndex:
 
     @property
     def stats(self) -> dict:
-        arrays = (self.doc_batch, self.exact_keys, self.exact_entries, self.band_keys, self.band_entries, self.signatures)
+        arrays = (
+            self.doc_batch,
+            self.exact_keys,
+            self.exact_entries,
+            self.band_keys,
+            self.band_entries,
+            self.signatures,
+        )
         array_bytes = sum(a.nbytes for a in arrays)
         id_bytes = sum(len(d) + 49 for d in self.doc_ids)  # CPython str header is ~49 bytes
         entries = len(self.doc_ids)

@@ -50,9 +50,13 @@ class CleaningResult:
         for s in self.step_stats:
             pct = 100.0 * s.dropped / s.docs_in if s.docs_in else 0.0
             reasons = ", ".join(f"{r}: {c}" for r, c in s.reasons.most_common(6)) or "-"
-            rows.append(f"| {s.name} | {s.docs_in} | {s.dropped} | {pct:.1f} | {s.modified} | {s.seconds:.2f} | {reasons} |")
+            rows.append(
+                f"| {s.name} | {s.docs_in} | {s.dropped} | {pct:.1f} | {s.modified} | {s.seconds:.2f} | {reasons} |"
+            )
         c = self.counts
-        rows.append(f"| **total** | {c.get('in', 0)} | {c.get('dropped', 0) + c.get('quarantined', 0)} | | | | kept {c.get('kept', 0)} |")
+        rows.append(
+            f"| **total** | {c.get('in', 0)} | {c.get('dropped', 0) + c.get('quarantined', 0)} | | | | kept {c.get('kept', 0)} |"
+        )
         return "\n".join(rows)
 
 
@@ -89,7 +93,9 @@ class CleaningPipeline:
             (quarantined if isinstance(item, Quarantined) else docs).append(item)
         n_in = len(docs) + len(quarantined)
         read = StepStats("read", docs_in=n_in, dropped=len(quarantined), reasons=Counter(q.reason for q in quarantined))
-        read.notes["encoding_converted"] = sum(1 for d in docs if d.meta.get("encoding", "utf-8") not in ("utf-8", "utf-8-sig"))
+        read.notes["encoding_converted"] = sum(
+            1 for d in docs if d.meta.get("encoding", "utf-8") not in ("utf-8", "utf-8-sig")
+        )
         result = CleaningResult(quarantined=quarantined, step_stats=[read])
 
         ctx = RunContext(batch_id=batch_id, index=index, scope=self.config.dedup.scope)

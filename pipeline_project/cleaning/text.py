@@ -31,8 +31,46 @@ _INFIX = re.compile(
     r"|(?<=[^\W_])[:<>=/](?=[^\W\d_])|(?<=[^\W\d_]),(?=[^\W\d_])|(?<=[a-z])\.(?=[A-Z])|(?<=\d)[+\-*^](?=\d)"
 )
 _EXCEPTIONS = frozenset(
-    "Mr. Mrs. Ms. Dr. St. Jr. Sr. Mt. vs. etc. e.g. i.e. Inc. Ltd. Co. Corp. No. Prof. Gen. Gov. Sen. Rep. "
-    "Jan. Feb. Mar. Apr. Jun. Jul. Aug. Sep. Sept. Oct. Nov. Dec. a.m. p.m. U.S. U.K.".split()
+    [
+        "Mr.",
+        "Mrs.",
+        "Ms.",
+        "Dr.",
+        "St.",
+        "Jr.",
+        "Sr.",
+        "Mt.",
+        "vs.",
+        "etc.",
+        "e.g.",
+        "i.e.",
+        "Inc.",
+        "Ltd.",
+        "Co.",
+        "Corp.",
+        "No.",
+        "Prof.",
+        "Gen.",
+        "Gov.",
+        "Sen.",
+        "Rep.",
+        "Jan.",
+        "Feb.",
+        "Mar.",
+        "Apr.",
+        "Jun.",
+        "Jul.",
+        "Aug.",
+        "Sep.",
+        "Sept.",
+        "Oct.",
+        "Nov.",
+        "Dec.",
+        "a.m.",
+        "p.m.",
+        "U.S.",
+        "U.K.",
+    ]
 )
 
 
@@ -51,7 +89,7 @@ def _split_chunk(chunk: str, out: list[str]) -> None:
         m = _PREFIX.match(chunk)
         if m:
             out.append(m.group(0))
-            chunk = chunk[m.end():]
+            chunk = chunk[m.end() :]
             changed = True
         if chunk and chunk not in _EXCEPTIONS:
             m = _SUFFIX.search(chunk)

@@ -27,15 +27,22 @@ def files_from_dir(source: Path, prefix: str) -> list[SampleFile]:
 
 
 def upload(settings: Settings, files: list[SampleFile]) -> None:
-    s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, aws_access_key_id=settings.s3_access_key,
-                      aws_secret_access_key=settings.s3_secret_key, region_name=settings.s3_region)
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=settings.s3_endpoint,
+        aws_access_key_id=settings.s3_access_key,
+        aws_secret_access_key=settings.s3_secret_key,
+        region_name=settings.s3_region,
+    )
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("uploading to S3", total=len(files))
         for f in files:
             s3.put_object(Bucket=settings.bucket, Key=f.key, Body=f.data)
             progress.advance(task)
-    console.print(f"uploaded {len(files)} objects ({sum(len(f.data) for f in files) / 1e6:.2f} MB) "
-                  f"to s3://{settings.bucket}/{files[0].key.rsplit('/', 2)[0]}/…")
+    console.print(
+        f"uploaded {len(files)} objects ({sum(len(f.data) for f in files) / 1e6:.2f} MB) "
+        f"to s3://{settings.bucket}/{files[0].key.rsplit('/', 2)[0]}/…"
+    )
 
 
 def _runs_since(instance, started: float):
@@ -44,8 +51,9 @@ def _runs_since(instance, started: float):
     return instance.get_runs(filters=RunsFilter(created_after=datetime.fromtimestamp(started, timezone.utc)))
 
 
-def wait_for_runs(instance, started: float, *, want: str, timeout_s: float, settle_s: float = 45.0,
-                  predicate=None) -> list:
+def wait_for_runs(
+    instance, started: float, *, want: str, timeout_s: float, settle_s: float = 45.0, predicate=None
+) -> list:
     """Wait until runs created since `started` that match `predicate` exist and have all finished,
     and no new one has appeared for `settle_s` (eager downstream runs may follow a sensor run)."""
     deadline = time.time() + timeout_s
@@ -57,10 +65,13 @@ def wait_for_runs(instance, started: float, *, want: str, timeout_s: float, sett
             if state != seen:
                 seen, last_change = state, time.time()
                 for r in runs:
-                    console.log(f"run {r.run_id[:8]} {r.job_name} {r.tags.get('dagster/partition', '')} {r.status.value}")
+                    console.log(
+                        f"run {r.run_id[:8]} {r.job_name} {r.tags.get('dagster/partition', '')} {r.status.value}"
+                    )
             done = runs and all(s in FINISHED for s in state.values())
-            status.update(f"waiting for {want}: {len(runs)} runs, "
-                          f"{sum(s in FINISHED for s in state.values())} finished")
+            status.update(
+                f"waiting for {want}: {len(runs)} runs, {sum(s in FINISHED for s in state.values())} finished"
+            )
             if done and time.time() - last_change >= settle_s:
                 return runs
             time.sleep(2)
@@ -72,8 +83,9 @@ def _partitions_of(runs) -> list[str]:
 
 
 def _meta(instance, key: str, partition: str | None = None) -> dict:
-    from pipeline_project.assets.partitions import latest_materialization_metadata
     from dagster import AssetKey
+
+    from pipeline_project.assets.partitions import latest_materialization_metadata
 
     return latest_materialization_metadata(instance, AssetKey(key), partition)
 
@@ -95,8 +107,12 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     for name, value in totals.items():
         table.add_row(name, f"{value:,}")
     table.add_row("batches", ", ".join(partitions))
-    for label, key in [("training steps", "steps"), ("final loss", "final_loss"), ("checkpoint", "checkpoint_uri"),
-                       ("MLflow run", "mlflow_run_url")]:
+    for label, key in [
+        ("training steps", "steps"),
+        ("final loss", "final_loss"),
+        ("checkpoint", "checkpoint_uri"),
+        ("MLflow run", "mlflow_run_url"),
+    ]:
         table.add_row(label, str(ckpt_meta.get(key, "-")))
     table.add_row("Dagster UI", settings.dagster_url)
     table.add_row("MLflow UI", settings.mlflow_tracking_uri)
@@ -113,16 +129,29 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     prefix = f"{settings.raw_prefix}demo-{stamp}/"
-    files = files_from_dir(source, prefix) if source else [
-        SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data) for f in generate(seed=int(stamp[-6:]) if seed is None else seed)]
+    files = (
+        files_from_dir(source, prefix)
+        if source
+        else [
+            SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data)
+            for f in generate(seed=int(stamp[-6:]) if seed is None else seed)
+        ]
+    )
     started = time.time()
     upload(settings, files)
 
-    ingest = wait_for_runs(instance, started, want="the S3 sensor's ingest runs", timeout_s=timeout_s,
-                           predicate=lambda r: "dagster/partition" in r.tags)
+    ingest = wait_for_runs(
+        instance,
+        started,
+        want="the S3 sensor's ingest runs",
+        timeout_s=timeout_s,
+        predicate=lambda r: "dagster/partition" in r.tags,
+    )
     failed = [r for r in ingest if r.status.value != "SUCCESS"]
     if failed:
-        raise SystemExit(f"{len(failed)} ingest run(s) failed, e.g. {failed[0].run_id}; see {settings.dagster_url}/runs")
+        raise SystemExit(
+            f"{len(failed)} ingest run(s) failed, e.g. {failed[0].run_id}; see {settings.dagster_url}/runs"
+        )
     partitions = _partitions_of(ingest)
 
     train_started = time.time()
@@ -130,8 +159,14 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
     run_config = {"resources": {"trainer": {"config": {"max_steps": train_steps}}}} if train_steps else None
     run_id = client.submit_job_execution("train_checkpoint", run_config=run_config, tags={"pipeline/demo": stamp})
     console.print(f"training: run {run_id[:8]} ({settings.dagster_url}/runs/{run_id})")
-    train = wait_for_runs(instance, train_started, want="training", timeout_s=timeout_s, settle_s=0,
-                          predicate=lambda r: r.run_id == run_id)
+    train = wait_for_runs(
+        instance,
+        train_started,
+        want="training",
+        timeout_s=timeout_s,
+        settle_s=0,
+        predicate=lambda r: r.run_id == run_id,
+    )
     if train[0].status.value != "SUCCESS":
         raise SystemExit(f"training run {run_id} failed; see {settings.dagster_url}/runs/{run_id}")
     console.print(summarize(instance, settings, partitions, _meta(instance, "deepseek_checkpoint")))

@@ -63,7 +63,19 @@ class KafkaResource(dg.ConfigurableResource):
     def consumer(self, **kwargs: Any):
         return self.settings().make_consumer(**kwargs)
 
-    def ensure_topic(self, name: str, partitions: int = 8, replication_factor: int = 3,
-                     min_insync_replicas: int = 2, config: dict[str, Any] | None = None) -> TopicLayout:
-        return ensure_topic(self.admin(), name, partitions=partitions, replication_factor=replication_factor,
-                            min_insync_replicas=min_insync_replicas, config=config)
+    def ensure_topic(
+        self,
+        name: str,
+        partitions: int = 8,
+        replication_factor: int = 3,
+        min_insync_replicas: int = 2,
+        config: dict[str, Any] | None = None,
+    ) -> TopicLayout:
+        return ensure_topic(
+            self.admin(),
+            name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
+            config=config,
+        )

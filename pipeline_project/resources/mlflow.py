@@ -40,8 +40,9 @@ class MlflowResource(dg.ConfigurableResource):
     def run_url(self, run_id: str, experiment_id: str) -> str:
         return f"{self.tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
-    def log_ingest_run(self, *, run_name: str, tags: dict[str, str], params: dict[str, Any],
-                       metrics: dict[str, float]) -> str:
+    def log_ingest_run(
+        self, *, run_name: str, tags: dict[str, str], params: dict[str, Any], metrics: dict[str, float]
+    ) -> str:
         """One finished MLflow run for a non-training step (the Kafka produce); returns its URL."""
         from mlflow.entities import Metric, Param, RunTag
 

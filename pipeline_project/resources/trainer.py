@@ -33,16 +33,30 @@ class TrainerResource(dg.ConfigurableResource):
     seed: int = 0
     experiment_name: str = "deepseek-pretraining"
 
-    def job_config(self, *, kafka, topic: str, seq_len: int, s3_endpoint: str | None, bucket: str,
-                   checkpoint_prefix: str, mlflow_tracking_uri: str, dagster_run_id: str,
-                   partitions: list[str]) -> dict[str, Any]:
+    def job_config(
+        self,
+        *,
+        kafka,
+        topic: str,
+        seq_len: int,
+        s3_endpoint: str | None,
+        bucket: str,
+        checkpoint_prefix: str,
+        mlflow_tracking_uri: str,
+        dagster_run_id: str,
+        partitions: list[str],
+    ) -> dict[str, Any]:
         """The `pipeline_project.training.entrypoint.JobConfig` of one materialization, as JSON-able dict."""
         return {
             "train": {
                 "preset": {"name": self.preset, "pretrained": self.pretrained},
-                "lr": self.lr, "min_lr": self.min_lr, "warmup_steps": self.warmup_steps,
-                "decay_steps": self.decay_steps, "batch_size": self.batch_size,
-                "max_steps": self.max_steps or None, "seed": self.seed,
+                "lr": self.lr,
+                "min_lr": self.min_lr,
+                "warmup_steps": self.warmup_steps,
+                "decay_steps": self.decay_steps,
+                "batch_size": self.batch_size,
+                "max_steps": self.max_steps or None,
+                "seed": self.seed,
             },
             "kafka": kafka.model_dump(exclude={"sasl_password"}),  # secrets reach the trainer by env only
             "topic": topic,
@@ -70,8 +84,7 @@ class TrainerResource(dg.ConfigurableResource):
         nproc = self._nproc()
         entry = ["-m", "pipeline_project.training.entrypoint", "--config", config_path]
         if nproc > 1:
-            return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc_per_node={nproc}", *entry]
+            return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *entry]
         return [sys.executable, *entry]
 
     def run(self, context: dg.AssetExecutionContext, job_config: dict[str, Any]) -> dg.MaterializeResult:

@@ -1,6 +1,5 @@
 """Train when enough new tokens have reached the topic since the last checkpoint."""
 
-
 import os
 
 import dagster as dg
@@ -17,7 +16,9 @@ def new_tokens_since_last_checkpoint(instance: dg.DagsterInstance) -> tuple[int,
     while True:
         page = instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=dg.AssetKey("kafka_topic"), after_storage_id=after_id),
-            limit=500, cursor=cursor, ascending=True,
+            limit=500,
+            cursor=cursor,
+            ascending=True,
         )
         for rec in page.records:
             meta = rec.asset_materialization.metadata or {}

@@ -79,7 +79,17 @@ class DagsterService(Service):
         cfg = self.config
         webserver = ManagedProcess(
             name="dagster-webserver",
-            cmd=(sys.executable, "-m", "dagster_webserver", "-w", str(self.workspace), "-h", cfg.host, "-p", str(cfg.dagster_port)),
+            cmd=(
+                sys.executable,
+                "-m",
+                "dagster_webserver",
+                "-w",
+                str(self.workspace),
+                "-h",
+                cfg.host,
+                "-p",
+                str(cfg.dagster_port),
+            ),
             pid_file=self.dir / "webserver.pid",
             log_file=self.dir / "webserver.log",
             ports=(cfg.dagster_port,),
@@ -112,7 +122,7 @@ class DagsterService(Service):
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 - loopback
+            with urllib.request.urlopen(request, timeout=5) as resp:
                 return json.loads(resp.read())["data"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -163,6 +173,8 @@ class DagsterService(Service):
                 healthy=daemon_ok,
                 url=self.config.dagster_url + "/deployment/daemons",
                 pid=daemon.pid,
-                detail=(f"unhealthy: {', '.join(unhealthy)}" if unhealthy else f"{len(daemons or {})} daemons heartbeating"),
+                detail=(
+                    f"unhealthy: {', '.join(unhealthy)}" if unhealthy else f"{len(daemons or {})} daemons heartbeating"
+                ),
             ),
         ]

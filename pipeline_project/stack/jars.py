@@ -42,7 +42,7 @@ def ensure_jars(component: str) -> Path:
         raise StackError(f"{target} is missing and `mvn` is not on PATH to fetch the {component} jars")
     if target.exists():
         shutil.rmtree(target)  # a stale set could mix versions of the same library
-    result = subprocess.run(  # noqa: S603
+    result = subprocess.run(
         [mvn, "-q", "-B", "dependency:copy-dependencies"],
         cwd=pom.parent,
         capture_output=True,

@@ -106,8 +106,15 @@ def tool_command(classname: str, *args: str, jvm_opts: tuple[str, ...] = ()) -> 
     main = TOOL_ALIASES.get(classname, classname)
     speed = () if main in FULL_JIT_TOOLS else FAST_START_OPTS
     return [
-        java(), "-Xmx512m", *speed, f"-Dlog4j2.configurationFile={tool_log}", *jvm_opts,
-        "-cp", classpath("kafka"), main, *args,
+        java(),
+        "-Xmx512m",
+        *speed,
+        f"-Dlog4j2.configurationFile={tool_log}",
+        *jvm_opts,
+        "-cp",
+        classpath("kafka"),
+        main,
+        *args,
     ]
 
 
@@ -121,7 +128,7 @@ def ensure_tool_log4j() -> Path:
 def kafka_tool(classname: str, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     """Run one of Kafka's own tools (class name or alias such as "topics", "metadata-quorum") and capture its output."""
     cmd = tool_command(classname, *args)
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)  # noqa: S603
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise StackError(f"kafka tool {classname} exited with {result.returncode}: {last[0]}")

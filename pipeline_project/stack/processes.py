@@ -5,6 +5,7 @@ A pid file records pid, create time and command line, so `stop` never kills a pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -70,7 +71,7 @@ def describe_process(proc: psutil.Process | None) -> str:
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, str] | None:
     """Status and body of a GET, or None when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback URLs we built
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.status, resp.read(4096).decode(errors="replace")
     except urllib.error.HTTPError as err:
         return err.code, ""
@@ -135,7 +136,7 @@ class ManagedProcess:
         with open(self.log_file, "ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
             log.flush()
-            popen = subprocess.Popen(  # noqa: S603 - argv we built
+            popen = subprocess.Popen(
                 list(self.cmd),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -177,7 +178,9 @@ def _same_command(actual: list[str], launched: list[str]) -> bool:
     args = launched[1:]
     if not args:
         return actual == launched
-    return bool(actual) and (actual == launched or (len(actual) > len(args) and actual[len(actual) - len(args):] == args))
+    return bool(actual) and (
+        actual == launched or (len(actual) > len(args) and actual[len(actual) - len(args) :] == args)
+    )
 
 
 def _family(proc: psutil.Process) -> list[psutil.Process]:
@@ -190,16 +193,12 @@ def _family(proc: psutil.Process) -> list[psutil.Process]:
 def _terminate(family: Sequence[psutil.Process], timeout: float) -> None:
     """SIGTERM every process, wait up to `timeout`, then SIGKILL what is left."""
     for p in family:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
     _, alive = psutil.wait_procs(family, timeout=timeout)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(alive, timeout=5)
 
 

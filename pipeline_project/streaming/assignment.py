@@ -31,9 +31,7 @@ class Reader:
     worker: int
 
 
-def assign_partitions(
-    partitions: Iterable[int], *, world_size: int, num_workers: int
-) -> dict[Reader, tuple[int, ...]]:
+def assign_partitions(partitions: Iterable[int], *, world_size: int, num_workers: int) -> dict[Reader, tuple[int, ...]]:
     """Map every reader of the job to its partitions (sorted), idle readers to ().
 
     The table is a pure function of its arguments, identical on every rank.

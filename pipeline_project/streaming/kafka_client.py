@@ -361,8 +361,8 @@ def _wait_for_leaders(admin: AdminClient, name: str, timeout_s: float) -> tuple[
     deadline = time.monotonic() + timeout_s
     while True:
         md = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
-        ready = md is not None and md.error is None and md.partitions and all(
-            p.leader >= 0 for p in md.partitions.values()
+        ready = (
+            md is not None and md.error is None and md.partitions and all(p.leader >= 0 for p in md.partitions.values())
         )
         if ready:
             rf = min(len(p.replicas) for p in md.partitions.values())

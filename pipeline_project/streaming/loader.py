@@ -205,7 +205,11 @@ class _Reader:
 
     def drained(self, p: int) -> None:
         """Resume a partition paused for a full buffer once half of it is delivered."""
-        if p in self.paused and p not in self.ended and len(self.buffers[p]) <= self.loader.cfg.max_buffered_messages // 2:
+        if (
+            p in self.paused
+            and p not in self.ended
+            and len(self.buffers[p]) <= self.loader.cfg.max_buffered_messages // 2
+        ):
             self.consumer.resume([TopicPartition(self.loader.cfg.topic, p)])
             self.paused.discard(p)
 
@@ -432,7 +436,9 @@ class KafkaBlockLoader:
     def _stop_prefetch(self) -> None:
         self._join()
         # rewind the assembler to what was delivered; prefetched batches are thrown away
-        self._cursors = {int(p): Cursor(c["offset"], c["block"]) for p, c in self._delivered_state["partitions"].items()}
+        self._cursors = {
+            int(p): Cursor(c["offset"], c["block"]) for p, c in self._delivered_state["partitions"].items()
+        }
         self._current = self._delivered_state["current"]
         if self._delivered_state["interleave"] is not None:
             self._interleaver.set_state(self._delivered_state["interleave"])
@@ -450,7 +456,7 @@ class KafkaBlockLoader:
     def _run(self, cursors: dict[int, Cursor], current: int | None, live: set[int]) -> None:
         try:
             self._assemble(cursors, current, live)
-        except BaseException as exc:  # handed to the training thread, raised by __next__
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, raised by __next__
             self._put(exc)
 
     def _assemble(self, cursors: dict[int, Cursor], current: int | None, live: set[int]) -> None:
@@ -558,7 +564,9 @@ class KafkaBlockLoader:
         return None
 
 
-def _list_offsets(admin: Any, topic: str, partitions: Sequence[int], spec: OffsetSpec, timeout: float) -> dict[int, int]:
+def _list_offsets(
+    admin: Any, topic: str, partitions: Sequence[int], spec: OffsetSpec, timeout: float
+) -> dict[int, int]:
     req = {TopicPartition(topic, p): spec for p in partitions}
     futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
     return {tp.partition: int(f.result().offset) for tp, f in futures.items()}

@@ -177,9 +177,7 @@ def _transient(err: KafkaError) -> bool:
 def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[str, ProduceReport]:
     """All committed ledger entries of `topic`, latest per key (tombstones remove a key)."""
     name = ledger_topic(topic)
-    consumer = settings.make_consumer(
-        overrides={"enable.partition.eof": True, "isolation.level": "read_committed"}
-    )
+    consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
     try:
         md = consumer.list_topics(topic=name, timeout=timeout_s).topics.get(name)
         if md is None or md.error is not None:
@@ -225,9 +223,7 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
     from pipeline_project.streaming.format import decode_message, read_header
 
     topic = report.topic
-    consumer = settings.make_consumer(
-        overrides={"enable.partition.eof": True, "isolation.level": "read_committed"}
-    )
+    consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
     per_partition: dict[int, int] = {}
     messages = blocks = 0
     try:
@@ -258,8 +254,11 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
                 if header.source != report.source:
                     continue
                 arr = decode_message(
-                    msg.value(), msg.headers(), expected_seq_len=report.seq_len,
-                    expected_tokenizer_hash=report.tokenizer_hash, **where,
+                    msg.value(),
+                    msg.headers(),
+                    expected_seq_len=report.seq_len,
+                    expected_tokenizer_hash=report.tokenizer_hash,
+                    **where,
                 )
                 per_partition[p] = per_partition.get(p, 0) + 1
                 messages += 1
@@ -408,7 +407,13 @@ def produce_blocks(
     report.kafka_stats = stats.summary() if stats else {}
     log.info(
         "produced %d blocks (%d messages, %.1f MB) to %s in %.2fs: %.1f MB/s, offsets %s",
-        blocks, messages, nbytes / 1e6, topic, report.seconds, report.mb_per_s, offsets,
+        blocks,
+        messages,
+        nbytes / 1e6,
+        topic,
+        report.seconds,
+        report.mb_per_s,
+        offsets,
     )
     return report
 
@@ -463,7 +468,7 @@ def prefetch_batches(texts: Iterable[str], batch_docs: int, depth: int) -> Itera
             while not stop.is_set() and (batch := list(itertools.islice(it, batch_docs))):
                 put(("batch", batch))
             put(("end", None))
-        except BaseException as exc:  # handed to the consuming thread
+        except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
             put(("error", exc))
 
     thread = threading.Thread(target=reader, name="text-prefetch", daemon=True)

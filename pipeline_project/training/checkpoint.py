@@ -83,7 +83,9 @@ def restore_rng(rng: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
-def save_checkpoint(directory: str | Path, *, model: nn.Module, tokenizer: SavesTokenizer | None, resume: ResumeState) -> Path:
+def save_checkpoint(
+    directory: str | Path, *, model: nn.Module, tokenizer: SavesTokenizer | None, resume: ResumeState
+) -> Path:
     """Write `hf/` and `resume/` under `directory` (pass the unwrapped model, not the DDP wrapper)."""
     directory = Path(directory)
     hf_dir, resume_dir = directory / HF_DIR, directory / RESUME_DIR
@@ -137,8 +139,12 @@ def upload_checkpoint(s3, bucket: str, prefix: str, step: int, directory: str | 
         resume_uri=f"s3://{bucket}/{step_prefix}/{RESUME_DIR}/",
         created_at=datetime.now(timezone.utc).isoformat(),
     )
-    s3.put_object(Bucket=bucket, Key=f"{prefix}/{LATEST_FILE}", Body=json.dumps(asdict(ref)).encode(),
-                  ContentType="application/json")
+    s3.put_object(
+        Bucket=bucket,
+        Key=f"{prefix}/{LATEST_FILE}",
+        Body=json.dumps(asdict(ref)).encode(),
+        ContentType="application/json",
+    )
     return ref
 
 
@@ -157,7 +163,7 @@ def download_prefix(s3, bucket: str, prefix: str, directory: str | Path) -> Path
         for obj in page.get("Contents", []):
             if obj["Key"].endswith("/"):  # directory markers of filesystem-backed S3 servers
                 continue
-            target = directory / obj["Key"][len(prefix):]
+            target = directory / obj["Key"][len(prefix) :]
             target.parent.mkdir(parents=True, exist_ok=True)
             s3.download_file(bucket, obj["Key"], str(target))
     return directory

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -209,8 +208,11 @@ def run_job(job: JobConfig) -> TrainJobResult:
         s3 = s3_client(settings)
         tokenizer = load_tokenizer(job.tokenizer)
         # rank 0 picks the scratch dir; every rank of this (single-node) job reads the same files
-        work_dir = Path(distributed.all_gather_objects(
-            job.work_dir or (tempfile.mkdtemp(prefix="trainer-") if dist_info.is_main else None))[0])
+        work_dir = Path(
+            distributed.all_gather_objects(
+                job.work_dir or (tempfile.mkdtemp(prefix="trainer-") if dist_info.is_main else None)
+            )[0]
+        )
         work_dir.mkdir(parents=True, exist_ok=True)
 
         previous: CheckpointRef | None = latest_ref(s3, job.bucket, job.checkpoint_prefix)
@@ -224,15 +226,27 @@ def run_job(job: JobConfig) -> TrainJobResult:
         state = build_training_state(cfg, tokenizer.vocab_size, device, checkpoint_dir=resume_dir)
         saved_hash = state.meta.get("tokenizer_hash")
         if saved_hash and saved_hash != tokenizer.hash:
-            raise ValueError(f"checkpoint {previous.uri} was trained with tokenizer {saved_hash[:12]}, "
-                             f"this job uses {tokenizer.name} ({tokenizer.hash[:12]})")
+            raise ValueError(
+                f"checkpoint {previous.uri} was trained with tokenizer {saved_hash[:12]}, "
+                f"this job uses {tokenizer.name} ({tokenizer.hash[:12]})"
+            )
 
-        loader = KafkaBlockLoader(LoaderConfig(
-            kafka=job.kafka, topic=job.topic, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-            rank=dist_info.rank, world_size=dist_info.world_size, num_workers=job.loader_workers,
-            mode="bounded", idle_timeout_s=job.loader_idle_timeout_s, seed=cfg.seed,
-            expected_tokenizer_hash=tokenizer.hash, device="cpu",
-        ))
+        loader = KafkaBlockLoader(
+            LoaderConfig(
+                kafka=job.kafka,
+                topic=job.topic,
+                seq_len=cfg.seq_len,
+                batch_size=cfg.batch_size,
+                rank=dist_info.rank,
+                world_size=dist_info.world_size,
+                num_workers=job.loader_workers,
+                mode="bounded",
+                idle_timeout_s=job.loader_idle_timeout_s,
+                seed=cfg.seed,
+                expected_tokenizer_hash=tokenizer.hash,
+                device="cpu",
+            )
+        )
         if state.data_states:
             loader.load_state_dict(state.data_states)
         start_states = distributed.all_gather_objects(loader.state_dict())
@@ -258,10 +272,24 @@ def run_job(job: JobConfig) -> TrainJobResult:
             if not dist_info.is_main:
                 return None
             local = work_dir / f"step-{step}"
-            save_checkpoint(local, model=state.model, tokenizer=tokenizer, resume=make_resume_state(
-                state, step, state.tokens_seen + tokens, data_states,
-                meta={"train": cfg.model_dump(mode="json"), "tokenizer": tokenizer.name,
-                      "tokenizer_hash": tokenizer.hash, "topic": job.topic, "dagster_run_id": job.dagster_run_id}))
+            save_checkpoint(
+                local,
+                model=state.model,
+                tokenizer=tokenizer,
+                resume=make_resume_state(
+                    state,
+                    step,
+                    state.tokens_seen + tokens,
+                    data_states,
+                    meta={
+                        "train": cfg.model_dump(mode="json"),
+                        "tokenizer": tokenizer.name,
+                        "tokenizer_hash": tokenizer.hash,
+                        "topic": job.topic,
+                        "dagster_run_id": job.dagster_run_id,
+                    },
+                ),
+            )
             ref = upload_checkpoint(s3, job.bucket, job.checkpoint_prefix, step, local)
             report.info(f"checkpoint step {step} -> {ref.uri}")
             return ref
@@ -272,9 +300,15 @@ def run_job(job: JobConfig) -> TrainJobResult:
         status = "FAILED"
         try:
             result: TrainResult = train(
-                cfg, loader, model=state.model, optimizer=state.optimizer, start_step=state.step,
-                on_step=on_step, lag_fn=lambda: loader.metrics()["lag_total"],
-                data_state_fn=loader.state_dict, on_checkpoint=mid_run_checkpoint,
+                cfg,
+                loader,
+                model=state.model,
+                optimizer=state.optimizer,
+                start_step=state.step,
+                on_step=on_step,
+                lag_fn=lambda: loader.metrics()["lag_total"],
+                data_state_fn=loader.state_dict,
+                on_checkpoint=mid_run_checkpoint,
             )
             end_states = distributed.all_gather_objects(result.data_state)
             ref = checkpoint(result.end_step, result.tokens, result.data_state) if result.steps > 0 else None
@@ -292,8 +326,11 @@ def run_job(job: JobConfig) -> TrainJobResult:
         waits = [m.data_wait_fraction for m in step_metrics]
         job_result = TrainJobResult(
             status="trained" if trained else "nothing_new",
-            message=(f"trained {result.steps} steps on {result.tokens:,} new tokens" if trained
-                     else "nothing new to train on: no complete batch of new blocks in the topic"),
+            message=(
+                f"trained {result.steps} steps on {result.tokens:,} new tokens"
+                if trained
+                else "nothing new to train on: no complete batch of new blocks in the topic"
+            ),
             steps=result.steps,
             start_step=result.start_step,
             end_step=result.end_step,
@@ -326,20 +363,25 @@ def _start_mlflow(job: JobConfig, state: Any, tokenizer: Any, dist_info: distrib
     from pipeline_project.training.mlflow_logging import MlflowRun
 
     run = MlflowRun.start(
-        job.mlflow_tracking_uri, job.experiment_name, run_name=job.mlflow_run_name,
-        dagster_run_id=job.dagster_run_id, partitions=job.partitions,
+        job.mlflow_tracking_uri,
+        job.experiment_name,
+        run_name=job.mlflow_run_name,
+        dagster_run_id=job.dagster_run_id,
+        partitions=job.partitions,
         tags={"topic": job.topic, "preset": job.train.preset.name, "resumed_from_step": str(state.step)},
         system_metrics_interval_s=job.system_metrics_interval_s,
     )
-    run.log_params({
-        "model": state.model.config.to_dict(),
-        "train": job.train.model_dump(mode="json"),
-        "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
-        "data": {"topic": job.topic, "partitions": len(job.partitions)},
-        "world_size": dist_info.world_size,
-        "device": str(device),
-        "global_batch_tokens": job.train.batch_size * job.train.seq_len * dist_info.world_size,
-    })
+    run.log_params(
+        {
+            "model": state.model.config.to_dict(),
+            "train": job.train.model_dump(mode="json"),
+            "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
+            "data": {"topic": job.topic, "partitions": len(job.partitions)},
+            "world_size": dist_info.world_size,
+            "device": str(device),
+            "global_batch_tokens": job.train.batch_size * job.train.seq_len * dist_info.world_size,
+        }
+    )
     return run
 
 

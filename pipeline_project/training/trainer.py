@@ -171,7 +171,11 @@ def train(
     device = next(model.parameters()).device
     distributed = is_distributed()
     is_main = not distributed or torch.distributed.get_rank() == 0
-    net: nn.Module = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if distributed else model
+    net: nn.Module = (
+        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if distributed
+        else model
+    )
     balancer = ExpertBalancer(model, cfg.bias_update_speed)
     snapshot = data_state_fn or (lambda: None)
     iterator: Iterator[torch.Tensor] = iter(batches)
@@ -204,7 +208,9 @@ def train(
             expert_load = balancer.step()
             step += 1
 
-            loss_value = all_reduce_scalar(loss.item(), "sum", device) / (torch.distributed.get_world_size() if distributed else 1)
+            loss_value = all_reduce_scalar(loss.item(), "sum", device) / (
+                torch.distributed.get_world_size() if distributed else 1
+            )
             step_tokens = int(all_reduce_scalar(float(input_ids.numel()), "sum", device))
             step_time = time.perf_counter() - t0
             result.tokens += step_tokens
@@ -234,7 +240,11 @@ def train(
                 if is_main:
                     log.info(
                         "step %d loss %.4f lr %.2e %.0f tok/s data-wait %.1f%% expert imbalance %.2f",
-                        step, loss_value, lr, metrics.tokens_per_s, 100 * metrics.data_wait_fraction,
+                        step,
+                        loss_value,
+                        lr,
+                        metrics.tokens_per_s,
+                        100 * metrics.data_wait_fraction,
                         expert_load.max_violation,
                     )
                     if on_step:

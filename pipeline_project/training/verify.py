@@ -15,7 +15,7 @@ PROMPT = "The data pipeline"
 def split_s3_uri(uri: str) -> tuple[str, str]:
     if not uri.startswith("s3://"):
         raise ValueError(f"not an s3:// URI: {uri}")
-    bucket, _, key = uri[len("s3://"):].partition("/")
+    bucket, _, key = uri[len("s3://") :].partition("/")
     return bucket, key
 
 
@@ -31,6 +31,11 @@ def reload_and_generate(s3, uri: str, directory: str | Path, new_tokens: int = 4
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
     inputs = tokenizer(PROMPT, return_tensors="pt")
     with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.eos_token_id)
-    return out[0, inputs["input_ids"].shape[1]:].tolist()
+        out = model.generate(
+            **inputs,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.eos_token_id,
+        )
+    return out[0, inputs["input_ids"].shape[1] :].tolist()

@@ -27,13 +27,46 @@ def prose(n_sentences: int = 12, seed: int = 0) -> str:
     import random
 
     rng = random.Random(seed)
-    nouns = ["river", "garden", "teacher", "window", "market", "village", "engine", "letter", "forest", "harbor",
-             "painter", "kitchen", "station", "mountain", "library", "doctor", "bridge", "orchard", "captain", "museum"]
-    verbs = ["watched", "described", "repaired", "visited", "painted", "followed", "measured", "carried", "found", "opened"]
+    nouns = [
+        "river",
+        "garden",
+        "teacher",
+        "window",
+        "market",
+        "village",
+        "engine",
+        "letter",
+        "forest",
+        "harbor",
+        "painter",
+        "kitchen",
+        "station",
+        "mountain",
+        "library",
+        "doctor",
+        "bridge",
+        "orchard",
+        "captain",
+        "museum",
+    ]
+    verbs = [
+        "watched",
+        "described",
+        "repaired",
+        "visited",
+        "painted",
+        "followed",
+        "measured",
+        "carried",
+        "found",
+        "opened",
+    ]
     adjs = ["quiet", "ancient", "narrow", "bright", "distant", "gentle", "careful", "crowded", "simple", "famous"]
     lines = []
     for _ in range(n_sentences):
-        s = (f"The {rng.choice(adjs)} {rng.choice(nouns)} {rng.choice(verbs)} the {rng.choice(nouns)} "
-             f"and the {rng.choice(adjs)} {rng.choice(nouns)} that {rng.choice(verbs)} it with {rng.choice(nouns)}s.")
+        s = (
+            f"The {rng.choice(adjs)} {rng.choice(nouns)} {rng.choice(verbs)} the {rng.choice(nouns)} "
+            f"and the {rng.choice(adjs)} {rng.choice(nouns)} that {rng.choice(verbs)} it with {rng.choice(nouns)}s."
+        )
         lines.append(s)
-    return "\n".join(" ".join(lines[i:i + 2]) for i in range(0, len(lines), 2))
+    return "\n".join(" ".join(lines[i : i + 2]) for i in range(0, len(lines), 2))

@@ -65,7 +65,8 @@ def test_cross_batch_duplicate_is_dropped_in_later_batch_naming_the_earlier():
     assert len(first.kept) == 2 and index.stats["entries"] == 2
     restored = DedupIndex.from_bytes(index.to_bytes())  # as if read back from S3
     second = CleaningPipeline(_cfg()).run(
-        [_doc(5, original), _doc(6, _edit(near, 0.02, 3)), _doc(7, prose(20, seed=8))], "batch-2", restored)
+        [_doc(5, original), _doc(6, _edit(near, 0.02, 3)), _doc(7, prose(20, seed=8))], "batch-2", restored
+    )
     assert [d.id for d in second.kept] == ["k7"]
     reasons = {d.id: d.reason for d in second.dropped}
     assert reasons == {"k5": "exact_duplicate_of:batch-1/k0", "k6": "near_duplicate_of:batch-1/k1"}
@@ -115,7 +116,7 @@ def _words(n: int, start: int = 0) -> list[str]:
 
 
 def _replace(words: list[str], start: int, count: int, fresh: int) -> list[str]:
-    return words[:start] + _words(count, fresh) + words[start + count:]
+    return words[:start] + _words(count, fresh) + words[start + count :]
 
 
 def _minhash_cfg(**kw) -> CleaningConfig:
@@ -145,7 +146,8 @@ def test_exact_jaccard_boundary(replaced, dropped):
     sa, sb = set(hasher.shingles(" ".join(base), "en")), set(hasher.shingles(" ".join(near), "en"))
     assert len(sa & sb) / len(sa | sb) == pytest.approx((1000 - replaced) / (1000 + replaced))
     result = CleaningPipeline(_minhash_cfg(jaccard_threshold=0.9)).run(
-        [_doc(0, " ".join(base)), _doc(1, " ".join(near))], "b1", None)
+        [_doc(0, " ".join(base)), _doc(1, " ".join(near))], "b1", None
+    )
     assert [d.id for d in result.dropped] == (["k1"] if dropped else [])
     stats = next(s for s in result.step_stats if s.name == "minhash_dedup")
     assert stats.notes["candidates_checked"] == 1 and stats.notes["candidates_rejected"] == (0 if dropped else 1)

@@ -1,7 +1,13 @@
 """Each rule on crafted documents on both sides of its threshold."""
 
 from pipeline_project.cleaning import CleaningConfig
-from pipeline_project.cleaning.config import C4Config, FineWebConfig, GopherQualityConfig, GopherRepetitionConfig, PIIConfig
+from pipeline_project.cleaning.config import (
+    C4Config,
+    FineWebConfig,
+    GopherQualityConfig,
+    GopherRepetitionConfig,
+    PIIConfig,
+)
 from pipeline_project.cleaning.steps import (
     BoilerplateStrip,
     C4Quality,
@@ -17,9 +23,17 @@ from pipeline_project.cleaning.text import split_words
 from .conftest import make_doc, prose
 
 # disable every Gopher quality rule except the one a test exercises
-_OFF = dict(min_doc_words=None, max_doc_words=None, min_avg_word_length=None, max_avg_word_length=None,
-            max_symbol_word_ratio=None, max_bullet_lines_ratio=None, max_ellipsis_lines_ratio=None,
-            max_non_alpha_words_ratio=None, min_stop_words=None)
+_OFF = dict(
+    min_doc_words=None,
+    max_doc_words=None,
+    min_avg_word_length=None,
+    max_avg_word_length=None,
+    max_symbol_word_ratio=None,
+    max_bullet_lines_ratio=None,
+    max_ellipsis_lines_ratio=None,
+    max_non_alpha_words_ratio=None,
+    min_stop_words=None,
+)
 
 
 def gq(**on):
@@ -28,15 +42,38 @@ def gq(**on):
 
 def test_clean_prose_passes_every_filter(config):
     doc = make_doc(prose())
-    for step in (GopherRepetition(config.gopher_repetition), GopherQuality(config.gopher_quality),
-                 C4Quality(config.c4), FineWebQuality(config.fineweb)):
+    for step in (
+        GopherRepetition(config.gopher_repetition),
+        GopherQuality(config.gopher_quality),
+        C4Quality(config.c4),
+        FineWebQuality(config.fineweb),
+    ):
         assert step.check(doc) is None, step.name
 
 
 def test_tokenizer_splits_like_spacy_english():
     assert split_words("Don't stop, it's well-known: U.S. costs $1,000.50... see http://a.b/c or x@y.org!") == [
-        "Do", "n't", "stop", ",", "it", "'s", "well", "-", "known", ":", "U.S.", "costs", "$", "1,000.50", "...",
-        "see", "http://a.b/c", "or", "x@y.org", "!"]
+        "Do",
+        "n't",
+        "stop",
+        ",",
+        "it",
+        "'s",
+        "well",
+        "-",
+        "known",
+        ":",
+        "U.S.",
+        "costs",
+        "$",
+        "1,000.50",
+        "...",
+        "see",
+        "http://a.b/c",
+        "or",
+        "x@y.org",
+        "!",
+    ]
 
 
 def test_gopher_word_count_boundary():
@@ -83,8 +120,11 @@ def test_gopher_alpha_and_stop_words():
 
 
 def test_gopher_repetition_lines_and_paragraphs():
-    step = GopherRepetition(GopherRepetitionConfig(top_n_grams=(), dup_n_grams=(), dup_line_char_frac=None,
-                                                   dup_para_char_frac=None, dup_para_frac=None))
+    step = GopherRepetition(
+        GopherRepetitionConfig(
+            top_n_grams=(), dup_n_grams=(), dup_line_char_frac=None, dup_para_char_frac=None, dup_para_frac=None
+        )
+    )
     unique = [f"line {i} is different" for i in range(7)]
     assert step.check(make_doc("\n".join(unique + ["same"] * 4))) is None  # 3 dups of 10 lines = 0.3
     assert step.check(make_doc("\n".join(unique[:6] + ["same"] * 5))) == "dup_line_frac"
@@ -93,7 +133,9 @@ def test_gopher_repetition_lines_and_paragraphs():
 
 
 def test_gopher_repetition_ngrams():
-    cfg = GopherRepetitionConfig(dup_line_frac=None, dup_para_frac=None, dup_line_char_frac=None, dup_para_char_frac=None)
+    cfg = GopherRepetitionConfig(
+        dup_line_frac=None, dup_para_frac=None, dup_line_char_frac=None, dup_para_char_frac=None
+    )
     step = GopherRepetition(cfg)
     assert step.check(make_doc(prose(12))) is None
     assert step.check(make_doc("buy cheap shoes now " * 30)).startswith(("top_", "duplicated_"))
@@ -105,13 +147,14 @@ def test_gopher_repetition_ngrams():
 
 def test_gopher_greedy_count_matches_reference_definition():
     """The hashed scan must count what the string version counts, including the skip after a repeat."""
-    from pipeline_project.cleaning.steps.gopher import GopherRepetition as G
     import numpy as np
+
+    from pipeline_project.cleaning.steps.gopher import GopherRepetition as G
 
     def reference(words, n):
         seen, rep, idx = set(), 0, 0
         while idx < len(words) - n + 1:
-            g = "".join(words[idx: idx + n])
+            g = "".join(words[idx : idx + n])
             if g in seen:
                 rep += len(g)
                 idx += n
@@ -129,7 +172,7 @@ def test_gopher_greedy_count_matches_reference_definition():
         h = np.fromiter(map(hash, words), dtype=np.int64).view(np.uint64)
         keys = h
         for k in range(2, n + 1):
-            keys = keys[:-1] * np.uint64(0x9E3779B97F4A7C15) + h[k - 1:]
+            keys = keys[:-1] * np.uint64(0x9E3779B97F4A7C15) + h[k - 1 :]
         cum = np.concatenate(([0], np.cumsum([len(w) for w in words])))
         assert G._greedy_repeated_chars(keys, cum, n) == reference(words, n)
 
@@ -141,7 +184,10 @@ def test_c4_rules():
     assert step.check(make_doc("\n".join(five.splitlines()[:4]))) == "too_few_sentences"
     assert step.check(make_doc(five + "\nwe have lorem ipsum dolor here")) == "lorem_ipsum"
     assert step.check(make_doc(five + "\nthe code is { x } here")) == "curly_bracket"
-    doc = make_doc(five + "\nPlease enable JavaScript to view.\nRead our privacy policy today.\nshort line\n[edit] cited fact here[1].")
+    doc = make_doc(
+        five
+        + "\nPlease enable JavaScript to view.\nRead our privacy policy today.\nshort line\n[edit] cited fact here[1]."
+    )
     assert step.check(doc) is None
     assert "JavaScript" not in doc.text and "privacy" not in doc.text and "short line" not in doc.text
     assert doc.text.endswith("cited fact here.")
@@ -151,7 +197,10 @@ def test_c4_rules():
 
 def test_c4_counts_sentences_and_splits_chinese_words():
     step = C4Quality(C4Config())
-    assert step.check(make_doc("One two three. Four five six! Seven eight nine? Ten more words. And the last one.")) is None
+    assert (
+        step.check(make_doc("One two three. Four five six! Seven eight nine? Ten more words. And the last one."))
+        is None
+    )
     zh = "\n".join(["今天我们去公园散步，天气非常好。"] * 5)
     assert step.check(make_doc(zh, lang="zh")) is None
     assert C4Quality(C4Config(cjk_word_split=False)).check(make_doc(zh, lang="zh")) == "too_few_sentences"
@@ -175,8 +224,9 @@ def test_pii_masks_public_ips_emails_phones_and_drops_above_limit():
     step = PIIMasking(PIIConfig(max_hits=3))
     doc = make_doc("Mail jane.doe@example.com or call (555) 123-4567 from 8.8.8.8 not 192.168.1.1 or 10.0.0.1.")
     assert step.check(doc) is None
-    assert doc.text == ("Mail |||EMAIL_ADDRESS||| or call |||PHONE_NUMBER||| from |||IP_ADDRESS||| "
-                        "not 192.168.1.1 or 10.0.0.1.")
+    assert doc.text == (
+        "Mail |||EMAIL_ADDRESS||| or call |||PHONE_NUMBER||| from |||IP_ADDRESS||| not 192.168.1.1 or 10.0.0.1."
+    )
     assert doc.meta["pii_masked"] == {"email": 1, "ip": 1, "phone": 1}
     many = make_doc(" ".join(f"user{i}@example.org" for i in range(4)))
     assert step.check(many) == "too_many_pii"
@@ -197,7 +247,9 @@ def test_encoding_fast_path_equals_ftfy_on_corpus(corpus, config):
     from pipeline_project.cleaning import read_object
 
     step = EncodingRepair(config.encoding)
-    paths = sorted((corpus / "en_gutenberg").glob("*.txt"))[:3] + sorted((corpus / "en_gutenberg_latin1").glob("*.txt"))[:1]
+    paths = (
+        sorted((corpus / "en_gutenberg").glob("*.txt"))[:3] + sorted((corpus / "en_gutenberg_latin1").glob("*.txt"))[:1]
+    )
     for path in paths:
         [doc] = read_object(path.name, path.read_bytes(), config)
         text = doc.text[:200_000]
@@ -205,8 +257,10 @@ def test_encoding_fast_path_equals_ftfy_on_corpus(corpus, config):
 
 
 def test_gutenberg_boilerplate_strip(config):
-    text = ("The Project Gutenberg EBook of X\nheader\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\n"
-            "Body text.\n*** END OF THIS PROJECT GUTENBERG EBOOK X ***\nlicense footer")
+    text = (
+        "The Project Gutenberg EBook of X\nheader\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\n"
+        "Body text.\n*** END OF THIS PROJECT GUTENBERG EBOOK X ***\nlicense footer"
+    )
     doc = make_doc(text)
     BoilerplateStrip(config.boilerplate).check(doc)
     assert doc.text == "Body text."
@@ -214,8 +268,11 @@ def test_gutenberg_boilerplate_strip(config):
 
 def test_language_id_offline_keeps_en_zh_and_drops_others():
     step = LanguageID(CleaningConfig().language)
-    en, zh, ru = make_doc(prose(), lang=None), make_doc("今天天气很好，我们一起去公园散步，然后回家吃饭。", lang=None), make_doc(
-        "Сегодня хорошая погода, и мы пошли гулять в парк вместе с друзьями.", lang=None)
+    en, zh, ru = (
+        make_doc(prose(), lang=None),
+        make_doc("今天天气很好，我们一起去公园散步，然后回家吃饭。", lang=None),
+        make_doc("Сегодня хорошая погода, и мы пошли гулять в парк вместе с друзьями.", lang=None),
+    )
     assert step.check(en) is None and en.meta["lang"] == "en" and en.meta["lang_score"] > 0.65
     assert step.check(zh) is None and zh.meta["lang"] == "zh"
     assert step.check(ru) == "language_not_kept" and ru.meta["lang"] == "ru"

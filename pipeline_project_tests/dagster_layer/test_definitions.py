@@ -13,8 +13,14 @@ def test_definitions_load_with_the_four_assets_checks_and_sensors():
     assert graph.get(dg.AssetKey("kafka_topic")).parent_keys == {dg.AssetKey("cleaned_shards")}
     specs = [graph.get_check_spec(k) for k in graph.asset_check_keys]
     checks = {c.name for c in specs}
-    assert {"cleaned_counts_add_up", "cleaned_shards_readable", "topic_holds_claimed_offsets",
-            "loss_is_finite", "checkpoint_reloads", "raw_objects_unchanged"} <= checks
+    assert {
+        "cleaned_counts_add_up",
+        "cleaned_shards_readable",
+        "topic_holds_claimed_offsets",
+        "loss_is_finite",
+        "checkpoint_reloads",
+        "raw_objects_unchanged",
+    } <= checks
     blocking = {c.name for c in specs if c.blocking}
     assert "checkpoint_reloads" in blocking
     assert {s.name for s in defs.sensors} == {"raw_s3_sensor", "checkpoint_trigger_sensor"}
@@ -24,7 +30,9 @@ def test_code_location_imports_nothing_heavy():
     """Sensors run in the code server: loading definitions must not import torch or transformers."""
     import subprocess
 
-    code = ("import sys; import pipeline_project.definitions; "
-            "print(','.join(m for m in ('torch', 'transformers', 'mlflow') if m in sys.modules))")
+    code = (
+        "import sys; import pipeline_project.definitions; "
+        "print(','.join(m for m in ('torch', 'transformers', 'mlflow') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

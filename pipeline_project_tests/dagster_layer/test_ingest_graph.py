@@ -19,8 +19,7 @@ pytestmark = pytest.mark.stack
 
 def _tick(instance, resources, cursor):
     sensor_resources = {k: resources[k] for k in ("s3", "layout")}
-    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=sensor_resources,
-                                 definitions=defs) as ctx:
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=sensor_resources, definitions=defs) as ctx:
         return raw_s3_sensor(ctx)
 
 
@@ -38,7 +37,9 @@ def test_sensor_batches_new_objects_then_skips_then_batches_more(instance, resou
     assert first.run_requests[0].run_key == batch
     assert first.dynamic_partitions_requests[0].partition_keys == [batch]
     manifest = read_manifest(s3, layout.bucket, batch)
-    assert sorted(o.key for o in manifest.objects) == sorted(layout.raw_prefix + f.key.removeprefix("raw/sample/") for f in files[:6])
+    assert sorted(o.key for o in manifest.objects) == sorted(
+        layout.raw_prefix + f.key.removeprefix("raw/sample/") for f in files[:6]
+    )
 
     idle = _tick(instance, resources, first.cursor)
     assert idle.run_requests == [] and idle.skip_reason
@@ -60,16 +61,19 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(insta
 
     assets = [raw_text, cleaned_shards, kafka_topic]
     checks = dg.load_asset_checks_from_modules(
-        [__import__("pipeline_project.assets.raw", fromlist=["x"]),
-         __import__("pipeline_project.assets.cleaned", fromlist=["x"]),
-         __import__("pipeline_project.assets.topic", fromlist=["x"])])
+        [
+            __import__("pipeline_project.assets.raw", fromlist=["x"]),
+            __import__("pipeline_project.assets.cleaned", fromlist=["x"]),
+            __import__("pipeline_project.assets.topic", fromlist=["x"]),
+        ]
+    )
     result = dg.materialize([*assets, *checks], resources=resources, partition_key=batch, instance=instance)
     assert result.success
     mats = [e.materialization for e in result.get_asset_materialization_events()]
     meta = {m.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in m.metadata.items()} for m in mats}
     c = meta["cleaned_shards"]
     assert c["documents_in"] == c["kept"] + c["dropped"] + c["quarantined"]
-    assert c["kept"] > 0 and c["dropped"] > 0 and c["quarantined"] > 0   # the sample has dupes, junk and bad lines
+    assert c["kept"] > 0 and c["dropped"] > 0 and c["quarantined"] > 0  # the sample has dupes, junk and bad lines
     assert meta["raw_text"]["documents"] + meta["raw_text"]["quarantined"] == c["documents_in"]
     k = meta["kafka_topic"]
     assert k["blocks"] > 0 and k["tokens"] == k["blocks"] * layout.seq_len
@@ -82,7 +86,10 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(insta
     assert excluded["ContentLength"] > 0
 
     again = dg.materialize([kafka_topic], resources=resources, partition_key=batch, instance=instance)
-    k2 = {k_: getattr(v, "value", v) for k_, v in again.get_asset_materialization_events()[0].materialization.metadata.items()}
+    k2 = {
+        k_: getattr(v, "value", v)
+        for k_, v in again.get_asset_materialization_events()[0].materialization.metadata.items()
+    }
     assert k2["reused_existing"] is True
     assert k2["offset_ranges"] == k["offset_ranges"]
     assert json.dumps(k2["offset_ranges"], sort_keys=True) == json.dumps(k["offset_ranges"], sort_keys=True)

@@ -21,8 +21,9 @@ INGEST = [raw_module, cleaned_module, topic_module]
 def _ingest(instance, resources, layout, s3, files, cursor):
     for f in files:
         s3.put_object(Bucket=layout.bucket, Key=layout.raw_prefix + f.key, Body=f.data)
-    with dg.build_sensor_context(instance=instance, cursor=cursor,
-                                 resources={k: resources[k] for k in ("s3", "layout")}) as ctx:
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={k: resources[k] for k in ("s3", "layout")}
+    ) as ctx:
         tick = raw_s3_sensor(ctx)
     batch = tick.run_requests[0].partition_key
     instance.add_dynamic_partitions(batches.name, [batch])
@@ -34,8 +35,9 @@ def _ingest(instance, resources, layout, s3, files, cursor):
 
 def _train(instance, resources):
     defs = [*dg.load_assets_from_modules([checkpoint_module]), *dg.load_asset_checks_from_modules([checkpoint_module])]
-    result = dg.materialize(defs, resources=resources, instance=instance,
-                            selection=[checkpoint_module.deepseek_checkpoint.key])
+    result = dg.materialize(
+        defs, resources=resources, instance=instance, selection=[checkpoint_module.deepseek_checkpoint.key]
+    )
     assert result.success
     mat = result.get_asset_materialization_events()[0].materialization
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}

@@ -89,7 +89,10 @@ def test_taken_port_is_a_one_line_error_naming_port_and_owner(tmp_path):
 
 def test_status_exits_non_zero_when_a_service_is_down(tmp_path):
     port = free_port()
-    result = CliRunner().invoke(app, ["stack", "status", "--services", "s3", "--json", "--state-dir", str(tmp_path)],
-                                env={"PIPELINE_S3_PORT": str(port)})
+    result = CliRunner().invoke(
+        app,
+        ["stack", "status", "--services", "s3", "--json", "--state-dir", str(tmp_path)],
+        env={"PIPELINE_S3_PORT": str(port)},
+    )
     assert result.exit_code == 1
     assert '"healthy": false' in result.output and f"127.0.0.1:{port}" in result.output

@@ -14,7 +14,6 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from pipeline_project.cli import app
-
 from pipeline_project.settings import Settings
 from pipeline_project.stack import Stack, kafka_tool
 from pipeline_project.stack.s3 import s3_client
@@ -31,8 +30,9 @@ def test_status_reports_every_service_healthy_with_urls(local_stack: Stack, stac
 
 
 def test_status_cli_json_exits_zero_when_healthy(local_stack: Stack):
-    result = CliRunner().invoke(app, ["stack", "status", "--json", "--services", "kafka,s3,mlflow",
-                                      "--state-dir", str(local_stack.state_dir)])
+    result = CliRunner().invoke(
+        app, ["stack", "status", "--json", "--services", "kafka,s3,mlflow", "--state-dir", str(local_stack.state_dir)]
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert [r["name"] for r in rows] == ["kafka-1", "kafka-2", "kafka-3", "s3", "mlflow"]
@@ -51,7 +51,10 @@ def test_kafka_tools_from_the_same_jars_see_three_brokers_and_an_rf3_topic(stack
     # Through the CLI passthrough, which fills in the stack's brokers as --bootstrap-server.
     cli = subprocess.run(
         [str(Path(sys.executable).with_name("pipeline-project")), "stack", "kafka-tool", "broker-api-versions"],
-        capture_output=True, text=True, timeout=180, check=True,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
     )
     assert sorted(int(i) for i in re.findall(r"\(id: (\d+) rack", cli.stdout)) == [1, 2, 3]
 
@@ -65,9 +68,20 @@ def test_kafka_tools_from_the_same_jars_see_three_brokers_and_an_rf3_topic(stack
     try:
         described = kafka_tool("topics", "--bootstrap-server", first, "--describe", "--topic", topic).stdout
         assert re.search(r"PartitionCount: 2\s+ReplicationFactor: 3", described), described
-        assert "min.insync.replicas=2" in kafka_tool(
-            "configs", "--bootstrap-server", first, "--entity-type", "topics", "--entity-name", topic,
-            "--describe", "--all").stdout
+        assert (
+            "min.insync.replicas=2"
+            in kafka_tool(
+                "configs",
+                "--bootstrap-server",
+                first,
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                topic,
+                "--describe",
+                "--all",
+            ).stdout
+        )
     finally:
         admin.delete_topics([topic])[topic].result(30)
 

@@ -28,7 +28,9 @@ def test_parse_services_rejects_unknown_names_in_one_line():
 
 
 def test_kafka_node_config_is_a_combined_kraft_node(tmp_path):
-    config = StackConfig(state_dir=tmp_path, kafka_ports=(29092, 29093, 29094), kafka_controller_ports=(29192, 29193, 29194))
+    config = StackConfig(
+        state_dir=tmp_path, kafka_ports=(29092, 29093, 29094), kafka_controller_ports=(29192, 29193, 29194)
+    )
     props = KafkaService(config).server_properties(2)
     assert props["process.roles"] == "broker,controller"
     assert props["node.id"] == "2"
@@ -70,8 +72,12 @@ def test_shebang_scripts_match_on_their_arguments():
 def test_a_pid_file_naming_a_foreign_process_is_never_killed(tmp_path):
     """A stale pid file whose pid now belongs to someone else (here: this test process) must not kill it."""
     me = psutil.Process(os.getpid())
-    mp = ManagedProcess(name="fake", cmd=("java", "-cp", "x", "Main"), pid_file=tmp_path / "x.pid", log_file=tmp_path / "x.log")
-    mp.pid_file.write_text(json.dumps({"pid": me.pid, "create_time": me.create_time(), "cmd": ["java", "-cp", "x", "Main"]}))
+    mp = ManagedProcess(
+        name="fake", cmd=("java", "-cp", "x", "Main"), pid_file=tmp_path / "x.pid", log_file=tmp_path / "x.log"
+    )
+    mp.pid_file.write_text(
+        json.dumps({"pid": me.pid, "create_time": me.create_time(), "cmd": ["java", "-cp", "x", "Main"]})
+    )
     assert mp.process() is None
     assert mp.stop() is False
     assert me.is_running()

@@ -20,9 +20,7 @@ def kafka_settings(stack, **kw) -> KafkaSettings:
 
 def consume_all(settings: KafkaSettings, topic: str, *, isolation: str = "read_committed", timeout_s: float = 30.0):
     """Every message of `topic` from the beginning to the end visible under `isolation`."""
-    consumer = settings.make_consumer(
-        overrides={"enable.partition.eof": True, "isolation.level": isolation}
-    )
+    consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": isolation})
     try:
         md = consumer.list_topics(topic=topic, timeout=10).topics[topic]
         parts = sorted(md.partitions)

@@ -30,8 +30,15 @@ def _rank_main(bootstrap: str, topic: str, out_dir: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     # rank and world_size come from torchrun's RANK / WORLD_SIZE
-    cfg = LoaderConfig(kafka=KafkaSettings(bootstrap_servers=bootstrap), topic=topic, seq_len=SEQ_LEN,
-                       batch_size=BATCH, num_workers=2, trace=True, seed=5)
+    cfg = LoaderConfig(
+        kafka=KafkaSettings(bootstrap_servers=bootstrap),
+        topic=topic,
+        seq_len=SEQ_LEN,
+        batch_size=BATCH,
+        num_workers=2,
+        trace=True,
+        seed=5,
+    )
     assert (cfg.rank, cfg.world_size) == (rank, 2)
 
     full = KafkaBlockLoader(cfg)
@@ -54,10 +61,19 @@ def _rank_main(bootstrap: str, topic: str, out_dir: str) -> None:
     tail_trace = list(tail.trace)
     tail.close()
 
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps({
-        "rank": rank, "n_full": n_full, "full": full_trace, "head": head_trace, "tail": tail_trace,
-        "states": states, "partitions": list(full.partitions),
-    }))
+    Path(out_dir, f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "rank": rank,
+                "n_full": n_full,
+                "full": full_trace,
+                "head": head_trace,
+                "tail": tail_trace,
+                "states": states,
+                "partitions": list(full.partitions),
+            }
+        )
+    )
     dist.barrier()
     dist.destroy_process_group()
 
@@ -78,8 +94,21 @@ def test_two_gloo_ranks_read_disjoint_blocks_covering_everything(stack, tmp_path
     produce(kafka, data, 5, seed=21)
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), __file__, stack.kafka_bootstrap, data.topic, str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        __file__,
+        stack.kafka_bootstrap,
+        data.topic,
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=repo)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

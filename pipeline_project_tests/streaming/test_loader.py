@@ -40,8 +40,18 @@ def topic4(kafka):
 
 
 def _cfg(kafka, data, **kw) -> LoaderConfig:
-    base = dict(kafka=kafka, topic=data.topic, seq_len=SEQ_LEN, batch_size=5, rank=0, world_size=1,
-                expected_tokenizer_hash=TOKENIZER_HASH, trace=True, idle_timeout_s=10.0, seed=11)
+    base = dict(
+        kafka=kafka,
+        topic=data.topic,
+        seq_len=SEQ_LEN,
+        batch_size=5,
+        rank=0,
+        world_size=1,
+        expected_tokenizer_hash=TOKENIZER_HASH,
+        trace=True,
+        idle_timeout_s=10.0,
+        seed=11,
+    )
     return LoaderConfig(**{**base, **kw})
 
 
@@ -113,7 +123,7 @@ def test_state_holds_partial_block_cursors_and_resume_continues_inside_the_messa
 
 def test_resume_is_a_seek_not_a_replay(kafka, topic4):
     cfg = _cfg(kafka, topic4)
-    _, head_trace, state, _ = _run(cfg, max_batches=6)
+    _, _head_trace, state, _ = _run(cfg, max_batches=6)
     loader = KafkaBlockLoader(cfg)
     loader.load_state_dict(state)
     # without iterating, the first fetch of every partition starts at the saved offset

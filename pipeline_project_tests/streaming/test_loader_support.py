@@ -37,17 +37,26 @@ def make_topic(settings: KafkaSettings, partitions: int) -> TopicData:
     admin = settings.make_admin()
     brokers = len(admin.list_topics(timeout=30).brokers)
     name = f"test-loader-{uuid.uuid4().hex[:12]}"
-    ensure_topic(admin, name, partitions=partitions, replication_factor=min(3, brokers),
-                 min_insync_replicas=min(2, brokers))
+    ensure_topic(
+        admin, name, partitions=partitions, replication_factor=min(3, brokers), min_insync_replicas=min(2, brokers)
+    )
     return TopicData(name, partitions)
 
 
-def produce(settings: KafkaSettings, data: TopicData, messages_per_partition: int, *, seed: int = 0,
-            abort: bool = False, tokenizer_hash: str = TOKENIZER_HASH) -> list[tuple[int, int, int]]:
+def produce(
+    settings: KafkaSettings,
+    data: TopicData,
+    messages_per_partition: int,
+    *,
+    seed: int = 0,
+    abort: bool = False,
+    tokenizer_hash: str = TOKENIZER_HASH,
+) -> list[tuple[int, int, int]]:
     """Produce in one transaction; record the blocks unless aborted. Returns the keys written."""
     rng = np.random.default_rng(seed + data.next_uid)
-    producer = Producer({**settings.transactional_producer_config(f"test-{uuid.uuid4().hex}"),
-                         "transaction.timeout.ms": 180_000})  # must be >= delivery.timeout.ms
+    producer = Producer(
+        {**settings.transactional_producer_config(f"test-{uuid.uuid4().hex}"), "transaction.timeout.ms": 180_000}
+    )  # must be >= delivery.timeout.ms
     producer.init_transactions(30)
     producer.begin_transaction()
     pending: list[tuple[int, np.ndarray]] = []
@@ -65,8 +74,14 @@ def produce(settings: KafkaSettings, data: TopicData, messages_per_partition: in
             blocks = (uids[:, None] * 1000 + np.arange(SEQ_LEN)[None, :]).astype(np.uint32)
             value, headers = encode_message(blocks, tokenizer_name="test", tokenizer_hash=tokenizer_hash, source="t")
             pending.append((p, uids))
-            producer.produce(data.topic, value=value, headers=headers, partition=p,
-                             key=str(len(pending) - 1).encode(), on_delivery=on_delivery)
+            producer.produce(
+                data.topic,
+                value=value,
+                headers=headers,
+                partition=p,
+                key=str(len(pending) - 1).encode(),
+                on_delivery=on_delivery,
+            )
     producer.flush(60)
     if abort:
         producer.abort_transaction(60)
@@ -103,8 +118,9 @@ def wait_until_committed_visible(settings: KafkaSettings, data: TopicData, timeo
 def produce_raw(settings: KafkaSettings, topic: str, partition: int, value: bytes, headers) -> int:
     producer = settings.make_producer()
     out = []
-    producer.produce(topic, value=value, headers=headers, partition=partition,
-                     on_delivery=lambda err, msg: out.append(msg.offset()))
+    producer.produce(
+        topic, value=value, headers=headers, partition=partition, on_delivery=lambda err, msg: out.append(msg.offset())
+    )
     producer.flush(30)
     return out[0]
 
@@ -112,7 +128,9 @@ def produce_raw(settings: KafkaSettings, topic: str, partition: int, value: byte
 def end_offsets(settings: KafkaSettings, data: TopicData) -> dict[int, int]:
     consumer = settings.make_consumer()
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(data.topic, p), timeout=10)[1]
-                for p in range(data.partitions)}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(data.topic, p), timeout=10)[1]
+            for p in range(data.partitions)
+        }
     finally:
         consumer.close()

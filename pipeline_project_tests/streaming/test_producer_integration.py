@@ -11,11 +11,11 @@ from pipeline_project.streaming.kafka_client import ensure_topic
 from pipeline_project.streaming.packing import BlockPacker
 from pipeline_project.streaming.producer import (
     LedgerConflictError,
+    ProducedDataMismatch,
     ProducerConfig,
     ledger_topic,
     produce_blocks,
     read_ledger,
-    ProducedDataMismatch,
     tokenize_and_produce,
     verify_produced,
 )
@@ -42,8 +42,13 @@ def _decoded(settings, topic, isolation="read_committed"):
     msgs = consume_all(settings, topic, isolation=isolation)
     return msgs, {
         (m.partition(), m.offset()): decode_message(
-            m.value(), m.headers(), topic=topic, partition=m.partition(), offset=m.offset(),
-            expected_seq_len=SEQ, expected_tokenizer_hash=FakeTok.hash,
+            m.value(),
+            m.headers(),
+            topic=topic,
+            partition=m.partition(),
+            offset=m.offset(),
+            expected_seq_len=SEQ,
+            expected_tokenizer_hash=FakeTok.hash,
         )
         for m in msgs
     }
@@ -66,8 +71,15 @@ def test_produce_blocks_writes_all_blocks_with_offsets_and_spread(topic_and_sett
     blocks = _blocks(0, 203)
     pieces = [blocks[:1], blocks[1:50], blocks[50:51], blocks[51:]]
     report = produce_blocks(
-        s, topic, iter(pieces), tokenizer=FakeTok, seq_len=SEQ, source="shard-a",
-        ledger_key="batch-1", content_hash="h1", config=SMALL,
+        s,
+        topic,
+        iter(pieces),
+        tokenizer=FakeTok,
+        seq_len=SEQ,
+        source="shard-a",
+        ledger_key="batch-1",
+        content_hash="h1",
+        config=SMALL,
     )
     assert not report.reused
     assert (report.blocks, report.tokens, report.messages) == (203, 203 * SEQ, 41)
@@ -138,7 +150,7 @@ def test_failure_mid_stream_leaves_nothing_visible_and_retry_produces_once(topic
 
     report = produce_blocks(s, topic, [_blocks(3, 40), _blocks(4, 2)], **kw)
     assert report.blocks == 42 and not report.reused
-    msgs, decoded = _decoded(s, topic)
+    _msgs, decoded = _decoded(s, topic)
     assert sum(len(b) for b in decoded.values()) == 42
     assert sorted(map(bytes, np.concatenate(list(decoded.values())))) == sorted(
         map(bytes, np.concatenate([_blocks(3, 40), _blocks(4, 2)]))
@@ -154,8 +166,16 @@ def test_zombie_producer_is_fenced(topic_and_settings):
     zombie.flush(10)
     # a new incarnation with the same transactional.id fences the zombie and aborts its open transaction
     report = produce_blocks(
-        s, topic, [_blocks(5, 5)], tokenizer=FakeTok, seq_len=SEQ, source="shard-z",
-        ledger_key="batch-z", content_hash="hz", transactional_id=txid, config=SMALL,
+        s,
+        topic,
+        [_blocks(5, 5)],
+        tokenizer=FakeTok,
+        seq_len=SEQ,
+        source="shard-z",
+        ledger_key="batch-z",
+        content_hash="hz",
+        transactional_id=txid,
+        config=SMALL,
     )
     assert report.blocks == 5
     from confluent_kafka import KafkaException
@@ -173,8 +193,15 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
     texts = [json.loads(x)["text"] for x in lines]
     texts += [(CORPUS / "en_tinyshakespeare" / "tinyshakespeare_input.txt").read_text(encoding="utf-8")[:60_000]]
     report = tokenize_and_produce(
-        s, topic, iter(texts), tokenizer=tok, seq_len=SEQ, source="zh_reviews+shakespeare",
-        ledger_key="batch-tok", content_hash="ht", config=ProducerConfig(text_batch_docs=64),
+        s,
+        topic,
+        iter(texts),
+        tokenizer=tok,
+        seq_len=SEQ,
+        source="zh_reviews+shakespeare",
+        ledger_key="batch-tok",
+        content_hash="ht",
+        config=ProducerConfig(text_batch_docs=64),
     )
     assert set(report.stage_seconds) == {"setup", "read", "tokenize", "pack", "produce"}
     assert report.stage_seconds["tokenize"] > 0
@@ -189,8 +216,13 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
     msgs = consume_all(s, topic)
     got = {
         (m.partition(), m.offset()): decode_message(
-            m.value(), m.headers(), topic=topic, partition=m.partition(), offset=m.offset(),
-            expected_seq_len=SEQ, expected_tokenizer_hash=tok.hash,
+            m.value(),
+            m.headers(),
+            topic=topic,
+            partition=m.partition(),
+            offset=m.offset(),
+            expected_seq_len=SEQ,
+            expected_tokenizer_hash=tok.hash,
         )
         for m in msgs
     }
@@ -212,8 +244,15 @@ def test_delivery_failure_inside_transaction_raises_and_aborts(stack):
 
     with pytest.raises(DeliveryError) as ei:
         produce_blocks(
-            s, topic, [_blocks(6, 40)], tokenizer=FakeTok, seq_len=SEQ, source="shard-big",
-            ledger_key="batch-big", content_hash="hb", config=ProducerConfig(max_message_bytes=SEQ * 4 * 20),
+            s,
+            topic,
+            [_blocks(6, 40)],
+            tokenizer=FakeTok,
+            seq_len=SEQ,
+            source="shard-big",
+            ledger_key="batch-big",
+            content_hash="hb",
+            config=ProducerConfig(max_message_bytes=SEQ * 4 * 20),
         )
     assert ei.value.topic == topic and ei.value.partition in range(8)
     assert consume_all(s, topic) == []
@@ -252,14 +291,37 @@ def test_kafkas_own_console_consumer_reads_the_reported_ranges(topic_and_setting
 
     topic, s = topic_and_settings
     report = produce_blocks(
-        s, topic, [_blocks(10, 30)], tokenizer=FakeTok, seq_len=SEQ, source="shard-cc",
-        ledger_key="batch-cc", content_hash="hcc", config=SMALL,
+        s,
+        topic,
+        [_blocks(10, 30)],
+        tokenizer=FakeTok,
+        seq_len=SEQ,
+        source="shard-cc",
+        ledger_key="batch-cc",
+        content_hash="hcc",
+        config=SMALL,
     )
     res = kafka_tool(
-        "console-consumer", "--bootstrap-server", s.bootstrap_servers, "--topic", topic, "--from-beginning",
-        "--max-messages", str(report.messages), "--isolation-level", "read_committed", "--timeout-ms", "30000",
-        "--property", "print.partition=true", "--property", "print.offset=true",
-        "--property", "print.headers=true", "--property", "print.value=false",
+        "console-consumer",
+        "--bootstrap-server",
+        s.bootstrap_servers,
+        "--topic",
+        topic,
+        "--from-beginning",
+        "--max-messages",
+        str(report.messages),
+        "--isolation-level",
+        "read_committed",
+        "--timeout-ms",
+        "30000",
+        "--property",
+        "print.partition=true",
+        "--property",
+        "print.offset=true",
+        "--property",
+        "print.headers=true",
+        "--property",
+        "print.value=false",
         timeout=120,
     )
     seen = {}

@@ -3,11 +3,11 @@ import pytest
 
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.producer import (
-    ProduceReport,
     ProducerConfig,
+    ProduceReport,
     _rechunk,
-    prefetch_batches,
     ledger_topic,
+    prefetch_batches,
     transactional_id_for,
 )
 
@@ -32,9 +32,21 @@ def test_rechunk_splits_large_arrays_and_handles_empty_input():
 
 def test_report_ledger_json_round_trip():
     r = ProduceReport(
-        topic="t", ledger_key="2024-01-01", content_hash="c0ffee", tokenizer_name="ds", tokenizer_hash="ab",
-        seq_len=4, offsets={0: (0, 9), 7: (3, 4)}, messages=12, blocks=40, tokens=160, bytes=640,
-        seconds=1.5, mb_per_s=0.1, transactional_id="tx", stage_seconds={"tokenize": 0.5},
+        topic="t",
+        ledger_key="2024-01-01",
+        content_hash="c0ffee",
+        tokenizer_name="ds",
+        tokenizer_hash="ab",
+        seq_len=4,
+        offsets={0: (0, 9), 7: (3, 4)},
+        messages=12,
+        blocks=40,
+        tokens=160,
+        bytes=640,
+        seconds=1.5,
+        mb_per_s=0.1,
+        transactional_id="tx",
+        stage_seconds={"tokenize": 0.5},
         kafka_stats={"tx_msgs": 12},
     )
     back = ProduceReport.from_ledger_json(r.to_ledger_json())
@@ -50,7 +62,7 @@ def test_names_and_config_defaults():
     assert transactional_id_for(s, "blocks", "p1") != transactional_id_for(s, "blocks", "p2")
     cfg = ProducerConfig()
     assert cfg.max_message_bytes < 1_000_000
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         ProducerConfig(max_message_bytes=0)
 
 
@@ -58,9 +70,20 @@ def test_report_metadata_is_json_friendly_with_offsets_table():
     import json
 
     r = ProduceReport(
-        topic="t", ledger_key="k", content_hash="c", tokenizer_name="ds", tokenizer_hash="ab", seq_len=4,
-        offsets={3: (10, 12), 0: (0, 4)}, messages=8, blocks=8, tokens=32, bytes=128, seconds=2.0,
-        mb_per_s=0.5, transactional_id="tx",
+        topic="t",
+        ledger_key="k",
+        content_hash="c",
+        tokenizer_name="ds",
+        tokenizer_hash="ab",
+        seq_len=4,
+        offsets={3: (10, 12), 0: (0, 4)},
+        messages=8,
+        blocks=8,
+        tokens=32,
+        bytes=128,
+        seconds=2.0,
+        mb_per_s=0.5,
+        transactional_id="tx",
     )
     md = r.to_metadata()
     json.dumps(md)

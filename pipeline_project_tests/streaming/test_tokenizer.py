@@ -60,5 +60,5 @@ def test_load_from_local_path_and_save(tok, tmp_path):
 
 def test_missing_local_dir_file_raises(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+    with pytest.raises(FileNotFoundError, match=r"tokenizer\.json"):
         load_tokenizer(str(tmp_path / "empty"))

@@ -3,8 +3,6 @@
 import json
 import sys
 
-import torch
-
 from pipeline_project.training import distributed
 from pipeline_project.training.presets import build_model
 from pipeline_project.training.trainer import build_optimizer, seed_everything, train
@@ -18,16 +16,25 @@ model = build_model("tiny", SMALL_VOCAB)
 batches = make_batches(5 - info.rank, seed=100 + info.rank)
 consumed = {"n": 0}
 
+
 def stream():
     for b in batches:
         consumed["n"] += 1
         yield b
 
+
 result = train(cfg, stream(), model=model, optimizer=build_optimizer(model, cfg), data_state_fn=lambda: consumed["n"])
 digest = sum(float(p.double().sum()) for p in model.parameters())
 bias = model.model.layers[1].mlp.gate.e_score_correction_bias.tolist()
-out = {"rank": info.rank, "steps": result.steps, "losses": result.losses, "digest": digest, "bias": bias,
-       "data_state": result.data_state, "tokens": result.tokens}
+out = {
+    "rank": info.rank,
+    "steps": result.steps,
+    "losses": result.losses,
+    "digest": digest,
+    "bias": bias,
+    "data_state": result.data_state,
+    "tokens": result.tokens,
+}
 with open(f"{sys.argv[1]}/rank{info.rank}.json", "w") as f:
     json.dump(out, f)
 distributed.destroy()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from pipeline_project.training.presets import ModelPreset
-from pipeline_project.training.trainer import TrainConfig, seed_everything
+from pipeline_project.training.trainer import TrainConfig
 
 # The training loop does not care about the vocabulary; a small one keeps CPU steps fast.
 # Tests that touch tokenizer files or generation use the real DeepSeek vocabulary.
@@ -13,8 +13,18 @@ SMALL_VOCAB = 512
 
 
 def tiny_config(**overrides) -> TrainConfig:
-    base = dict(preset=ModelPreset(name="tiny"), lr=3e-3, min_lr=3e-4, warmup_steps=2, decay_steps=50,
-                batch_size=2, seq_len=32, seed=0, bias_update_speed=1e-2, device="cpu")
+    base = dict(
+        preset=ModelPreset(name="tiny"),
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=2,
+        decay_steps=50,
+        batch_size=2,
+        seq_len=32,
+        seed=0,
+        bias_update_speed=1e-2,
+        device="cpu",
+    )
     return TrainConfig(**{**base, **overrides})
 
 

@@ -33,7 +33,7 @@ def test_bias_update_moves_toward_balance(tiny_model):
     balancer.close()
     assert loads[0].counts["layer1"][0] == max(loads[0].counts["layer1"])
     assert loads[0].max_violation > 0.25, loads[0]
-    assert max(load.max_violation for load in loads[-5:]) < loads[0].max_violation / 4, [l.max_violation for l in loads]
+    assert max(load.max_violation for load in loads[-5:]) < loads[0].max_violation / 4, [x.max_violation for x in loads]
     bias = router.e_score_correction_bias
     assert bias[0] < 0 and bias[0] == bias.min(), bias  # the overloaded expert became less attractive
 

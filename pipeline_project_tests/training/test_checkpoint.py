@@ -27,8 +27,12 @@ def test_hf_checkpoint_reloads_and_generates(tmp_path, deepseek_tokenizer):
     biases = torch.tensor([0.1, -0.2, 0.3, -0.2])
     model.model.layers[1].mlp.gate.e_score_correction_bias.copy_(biases)  # balancing state must survive
 
-    save_checkpoint(tmp_path, model=model, tokenizer=deepseek_tokenizer,
-                    resume=ResumeState(step=2, tokens_seen=128, optimizer={}, data_states=[]))
+    save_checkpoint(
+        tmp_path,
+        model=model,
+        tokenizer=deepseek_tokenizer,
+        resume=ResumeState(step=2, tokens_seen=128, optimizer={}, data_states=[]),
+    )
     hf_dir = tmp_path / "hf"
     assert (hf_dir / "model.safetensors").is_file() and (hf_dir / "tokenizer.json").is_file()
 
@@ -50,12 +54,27 @@ def test_resume_state_round_trip(tmp_path, tiny_model):
     random.seed(5), np.random.seed(5), torch.manual_seed(5)
     rng = capture_rng()
     expected = (random.random(), np.random.rand(), torch.rand(3))
-    save_checkpoint(tmp_path, model=tiny_model, tokenizer=None,
-                    resume=ResumeState(step=2, tokens_seen=128, optimizer=optimizer.state_dict(),
-                                       data_states=data_states, rng=rng, meta={"tokenizer_hash": "abc"}))
+    save_checkpoint(
+        tmp_path,
+        model=tiny_model,
+        tokenizer=None,
+        resume=ResumeState(
+            step=2,
+            tokens_seen=128,
+            optimizer=optimizer.state_dict(),
+            data_states=data_states,
+            rng=rng,
+            meta={"tokenizer_hash": "abc"},
+        ),
+    )
 
     loaded = load_resume_state(tmp_path)
-    assert (loaded.step, loaded.tokens_seen, loaded.data_states, loaded.meta) == (2, 128, data_states, {"tokenizer_hash": "abc"})
+    assert (loaded.step, loaded.tokens_seen, loaded.data_states, loaded.meta) == (
+        2,
+        128,
+        data_states,
+        {"tokenizer_hash": "abc"},
+    )
     original = optimizer.state_dict()
     assert loaded.optimizer["param_groups"] == original["param_groups"]
     for key, state in original["state"].items():

@@ -30,14 +30,22 @@ def test_upload_then_load_latest_and_reload(stack, tmp_path, deepseek_tokenizer)
     model = build_model("tiny", deepseek_tokenizer.vocab_size)
     offsets = [{"partitions": {"0": {"offset": 12, "block": 1}}}]
     for step in (3, 7):
-        save_checkpoint(tmp_path / f"local-{step}", model=model, tokenizer=deepseek_tokenizer,
-                        resume=ResumeState(step=step, tokens_seen=step * 64, optimizer={"state": {}}, data_states=offsets))
+        save_checkpoint(
+            tmp_path / f"local-{step}",
+            model=model,
+            tokenizer=deepseek_tokenizer,
+            resume=ResumeState(step=step, tokens_seen=step * 64, optimizer={"state": {}}, data_states=offsets),
+        )
         ref = upload_checkpoint(s3, stack.bucket, prefix, step, tmp_path / f"local-{step}")
     assert ref.uri == f"s3://{stack.bucket}/{prefix}/step-7/"
     assert latest_ref(s3, stack.bucket, prefix) == ref
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"{prefix}/step-7/")["Contents"]}
-    assert {f"{prefix}/step-7/hf/model.safetensors", f"{prefix}/step-7/hf/tokenizer.json",
-            f"{prefix}/step-7/resume/state.pt", f"{prefix}/step-7/resume/data_state.json"} <= keys
+    assert {
+        f"{prefix}/step-7/hf/model.safetensors",
+        f"{prefix}/step-7/hf/tokenizer.json",
+        f"{prefix}/step-7/resume/state.pt",
+        f"{prefix}/step-7/resume/data_state.json",
+    } <= keys
 
     loaded = load_latest(s3, stack.bucket, prefix, tmp_path / "downloaded")
     assert loaded.ref.step == 7 and loaded.resume.step == 7 and loaded.resume.data_states == offsets

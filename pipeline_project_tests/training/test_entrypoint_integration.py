@@ -26,21 +26,34 @@ SEQ_LEN, BATCH = 32, 2
 
 
 def _produce(kafka: KafkaSettings, topic: str, key: str, docs: list[str], tokenizer) -> int:
-    report = tokenize_and_produce(kafka, topic, docs, tokenizer=tokenizer, seq_len=SEQ_LEN, source=key, ledger_key=key,
-                                  content_hash=hashlib.sha256("".join(docs).encode()).hexdigest())
+    report = tokenize_and_produce(
+        kafka,
+        topic,
+        docs,
+        tokenizer=tokenizer,
+        seq_len=SEQ_LEN,
+        source=key,
+        ledger_key=key,
+        content_hash=hashlib.sha256("".join(docs).encode()).hexdigest(),
+    )
     return report.blocks
 
 
 def _run_trainer(job: dict, workdir: Path) -> dict:
     config = workdir / f"job-{uuid.uuid4().hex[:6]}.json"
     config.write_text(json.dumps(job))
-    proc = subprocess.run([sys.executable, "-m", "pipeline_project.training.entrypoint", "--config", str(config)],
-                          cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "2"}, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline_project.training.entrypoint", "--config", str(config)],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     assert len(lines) == 1, proc.stdout[-2000:]
-    return json.loads(lines[0][len(RESULT_PREFIX):])
+    return json.loads(lines[0][len(RESULT_PREFIX) :])
 
 
 def test_train_resume_and_nothing_new(stack, tmp_path, deepseek_tokenizer):
@@ -48,17 +61,28 @@ def test_train_resume_and_nothing_new(stack, tmp_path, deepseek_tokenizer):
     topic = f"test-train-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka.make_admin(), topic, partitions=4, replication_factor=3)
     text = (CORPUS / "en_tinyshakespeare" / "tinyshakespeare_input.txt").read_text(encoding="utf-8")
-    first_blocks = _produce(kafka, topic, "batch-1", [text[i:i + 400] for i in range(0, 4000, 400)], deepseek_tokenizer)
+    first_blocks = _produce(
+        kafka, topic, "batch-1", [text[i : i + 400] for i in range(0, 4000, 400)], deepseek_tokenizer
+    )
     assert first_blocks >= 2 * BATCH
 
     prefix = f"checkpoints/test-{topic}"
     job = {
         "train": {"preset": {"name": "tiny"}, "lr": 3e-3, "warmup_steps": 2, "batch_size": BATCH, "device": "cpu"},
-        "kafka": kafka.model_dump(mode="json"), "topic": topic, "seq_len": SEQ_LEN,
-        "s3_endpoint": stack.s3_endpoint, "bucket": stack.bucket, "checkpoint_prefix": prefix,
-        "mlflow_tracking_uri": stack.mlflow_tracking_uri, "experiment_name": "test-training",
-        "mlflow_run_name": f"{topic}-first", "dagster_run_id": "dagster-run-1", "partitions": ["batch-1"],
-        "loader_idle_timeout_s": 5, "system_metrics_interval_s": 1, "log_model_to_mlflow": True,
+        "kafka": kafka.model_dump(mode="json"),
+        "topic": topic,
+        "seq_len": SEQ_LEN,
+        "s3_endpoint": stack.s3_endpoint,
+        "bucket": stack.bucket,
+        "checkpoint_prefix": prefix,
+        "mlflow_tracking_uri": stack.mlflow_tracking_uri,
+        "experiment_name": "test-training",
+        "mlflow_run_name": f"{topic}-first",
+        "dagster_run_id": "dagster-run-1",
+        "partitions": ["batch-1"],
+        "loader_idle_timeout_s": 5,
+        "system_metrics_interval_s": 1,
+        "log_model_to_mlflow": True,
     }
 
     first = _run_trainer(job, tmp_path)
@@ -77,7 +101,9 @@ def test_train_resume_and_nothing_new(stack, tmp_path, deepseek_tokenizer):
     assert len(run.data.params["tokenizer.hash"]) == 64
     losses = client.get_metric_history(run.info.run_id, "loss")
     assert [m.step for m in losses] == list(range(1, first["steps"] + 1))
-    assert {"lr", "tokens_per_s", "data_wait_fraction", "consumer_lag", "expert_load/layer1/e0"} <= set(run.data.metrics)
+    assert {"lr", "tokens_per_s", "data_wait_fraction", "consumer_lag", "expert_load/layer1/e0"} <= set(
+        run.data.metrics
+    )
     assert any(k.startswith("system/") for k in run.data.metrics)
     assert [o.model_id for o in run.outputs.model_outputs] == [first["mlflow_model_uri"].removeprefix("models:/")]
 
@@ -88,7 +114,9 @@ def test_train_resume_and_nothing_new(stack, tmp_path, deepseek_tokenizer):
     assert latest_ref(s3, stack.bucket, prefix).uri == first["checkpoint_uri"]
 
     leftover = first_blocks % BATCH  # the short last batch stays unconsumed for the next invocation
-    new_blocks = _produce(kafka, topic, "batch-2", [text[i:i + 400] for i in range(8000, 11000, 400)], deepseek_tokenizer)
+    new_blocks = _produce(
+        kafka, topic, "batch-2", [text[i : i + 400] for i in range(8000, 11000, 400)], deepseek_tokenizer
+    )
     job.update(mlflow_run_name=f"{topic}-third", dagster_run_id="dagster-run-3", partitions=["batch-1", "batch-2"])
     third = _run_trainer(job, tmp_path)
     assert third["status"] == "trained" and third["resumed_from"] == first["checkpoint_uri"]

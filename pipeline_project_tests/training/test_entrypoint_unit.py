@@ -15,13 +15,23 @@ def test_offsets_consumed_merges_ranks_and_counts_partly_read_messages():
     starts = [_state(0, {0: (0, 0), 2: (5, 3)}), _state(1, {1: (7, 0), 3: (4, 0)})]
     ends = [_state(0, {0: (3, 0), 2: (5, 9)}), _state(1, {1: (9, 2), 3: (4, 0)})]
     assert offsets_consumed(starts, ends) == {"0": [0, 3], "1": [7, 10], "2": [5, 6]}
-    assert positions(ends) == {"0": {"offset": 3, "block": 0}, "1": {"offset": 9, "block": 2},
-                               "2": {"offset": 5, "block": 9}, "3": {"offset": 4, "block": 0}}
+    assert positions(ends) == {
+        "0": {"offset": 3, "block": 0},
+        "1": {"offset": 9, "block": 2},
+        "2": {"offset": 5, "block": 9},
+        "3": {"offset": 4, "block": 0},
+    }
 
 
 def test_job_config_takes_the_topic_block_length_and_unbounded_steps():
-    job = JobConfig.model_validate({"kafka": {"bootstrap_servers": "k:9092"}, "topic": "t", "seq_len": 64,
-                                    "train": {"seq_len": 512, "max_steps": 0, "preset": {"name": "small"}}})
+    job = JobConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": "k:9092"},
+            "topic": "t",
+            "seq_len": 64,
+            "train": {"seq_len": 512, "max_steps": 0, "preset": {"name": "small"}},
+        }
+    )
     assert job.train.seq_len == 64 and job.train.max_steps is None and job.train.preset.name == "small"
     with pytest.raises(ValidationError):
         JobConfig.model_validate({"kafka": {"bootstrap_servers": "k:9092"}, "topic": "t", "unknown": 1})
@@ -29,7 +39,12 @@ def test_job_config_takes_the_topic_block_length_and_unbounded_steps():
 
 def test_flatten_makes_comparable_param_names():
     assert flatten({"model": {"hidden_size": 64, "rope": {"theta": 1e4}}, "lr": 3e-4, "name": "x", "empty": {}}) == {
-        "model.hidden_size": "64", "model.rope.theta": "10000.0", "lr": "0.0003", "name": "x", "empty": "{}"}
+        "model.hidden_size": "64",
+        "model.rope.theta": "10000.0",
+        "lr": "0.0003",
+        "name": "x",
+        "empty": "{}",
+    }
 
 
 def test_job_file_carries_no_kafka_secret_the_trainer_reads_it_from_env(monkeypatch):
@@ -37,10 +52,20 @@ def test_job_file_carries_no_kafka_secret_the_trainer_reads_it_from_env(monkeypa
     from pipeline_project.streaming.kafka_client import KafkaSettings
     from pipeline_project.training.entrypoint import JobConfig
 
-    kafka = KafkaSettings(bootstrap_servers="b:9093", security_protocol="SASL_SSL", sasl_username="u", sasl_password="s3cret")
-    job = TrainerResource().job_config(kafka=kafka, topic="t", seq_len=64, s3_endpoint=None, bucket="b",
-                                       checkpoint_prefix="c", mlflow_tracking_uri="http://m", dagster_run_id="r",
-                                       partitions=["p"])
+    kafka = KafkaSettings(
+        bootstrap_servers="b:9093", security_protocol="SASL_SSL", sasl_username="u", sasl_password="s3cret"
+    )
+    job = TrainerResource().job_config(
+        kafka=kafka,
+        topic="t",
+        seq_len=64,
+        s3_endpoint=None,
+        bucket="b",
+        checkpoint_prefix="c",
+        mlflow_tracking_uri="http://m",
+        dagster_run_id="r",
+        partitions=["p"],
+    )
     assert "s3cret" not in str(job)
     monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cret")
     assert JobConfig.model_validate(job).kafka.sasl_password == "s3cret"

@@ -124,8 +124,13 @@ class MinHashDedup(Step):
         got = cache.get(i)
         if got is None:
             shingles = self.hasher.shingles(doc.text, doc_lang(doc))
-            got = np.unique(np.fromiter((xxhash.xxh3_64_intdigest(s.encode("utf-8")) for s in shingles),
-                                        dtype=np.uint64, count=len(shingles)))
+            got = np.unique(
+                np.fromiter(
+                    (xxhash.xxh3_64_intdigest(s.encode("utf-8")) for s in shingles),
+                    dtype=np.uint64,
+                    count=len(shingles),
+                )
+            )
             cache[i] = got
         return got
 
@@ -187,8 +192,9 @@ class MinHashDedup(Step):
                         sim = estimate(i, sigs[r])
                         ok = sim >= self.sig_threshold
                     else:
-                        sim = jaccard(self._shingle_set(docs[i], shingle_cache, i),
-                                      self._shingle_set(docs[r], shingle_cache, r))
+                        sim = jaccard(
+                            self._shingle_set(docs[i], shingle_cache, i), self._shingle_set(docs[r], shingle_cache, r)
+                        )
                         ok = sim >= cfg.jaccard_threshold
                     if ok and sim > best_sim:
                         best, best_sim = ("batch", r), sim

@@ -9,7 +9,6 @@ import ftfy
 from pipeline_project.cleaning.config import BoilerplateConfig, EncodingRepairConfig
 from pipeline_project.cleaning.steps.base import DocFilter
 
-
 _MAYBE_BROKEN = re.compile(r"[^\t\n\x20-\x25\x27-\x7e\u3001-\u303f\u4e00-\u9fff\uff01-\uff5e]")
 _LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
@@ -73,7 +72,9 @@ class NonEmpty(DocFilter):
 
 
 _PG_START = re.compile(r"^\*{3} ?START OF (?:THE|THIS) PROJECT GUTENBERG EBOOK.*$", re.I | re.M)
-_PG_END = re.compile(r"^(?:\*{3} ?END OF (?:THE|THIS) PROJECT GUTENBERG EBOOK.*|End of (?:the )?Project Gutenberg'?s? .*)$", re.I | re.M)
+_PG_END = re.compile(
+    r"^(?:\*{3} ?END OF (?:THE|THIS) PROJECT GUTENBERG EBOOK.*|End of (?:the )?Project Gutenberg'?s? .*)$", re.I | re.M
+)
 
 
 class BoilerplateStrip(DocFilter):
@@ -90,7 +91,7 @@ class BoilerplateStrip(DocFilter):
         text = doc.text
         start = _PG_START.search(text)
         if start:
-            text = text[start.end():]
+            text = text[start.end() :]
         end = _PG_END.search(text)
         if end:
             text = text[: end.start()]
