@@ -1,13 +1,16 @@
-"""Where the pipeline's services are. Plain Python, read from the environment.
+"""Every setting of the pipeline, read from the environment in this one module.
 
-The defaults point at the embedded local stack (`pipeline-project stack up`). Point the
-pipeline at your own services by exporting the variables below.
+The defaults point at the embedded local stack (`pipeline-project stack up`). Point the pipeline at
+your own services by exporting the variables below; the README's settings table lists them all.
+Nothing else in the package reads `os.environ` for configuration: components receive a `Settings`
+(or the resource config built from it).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 LOCAL_KAFKA_PORTS = (19092, 19093, 19094)
 LOCAL_S3_PORT = 19000
@@ -17,53 +20,135 @@ LOCAL_DAGSTER_PORT = 13000
 LOCAL_S3_ACCESS_KEY = "pipeline"
 LOCAL_S3_SECRET_KEY = "pipeline-secret"
 
+DEFAULT_BUCKET = "pipeline"
+DEFAULT_RAW_PREFIX = "raw/"
+DEFAULT_TOPIC = "token-blocks"
+DEFAULT_TRAINING_EXPERIMENT = "deepseek-pretraining"
+DEFAULT_INGEST_EXPERIMENT = "kafka-ingest"
+DEFAULT_MLFLOW_ARTIFACTS_BUCKET = "mlflow-artifacts"
+DEFAULT_MIN_NEW_TOKENS = 200_000
+
+# Secrets are never stored in `Settings`: the Dagster layer passes them on as `dg.EnvVar(NAME)`,
+# and the trainer process reads them through `secret()`.
+AWS_ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
+AWS_SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
+KAFKA_SASL_PASSWORD_ENV = "KAFKA_SASL_PASSWORD"
+
 
 def _env(name: str, default: str) -> str:
     value = os.environ.get(name)
     return value if value else default
 
 
-def _local_port(name: str, default: int) -> str:
-    # The stack's own port overrides (PIPELINE_S3_PORT, ...) also move the client defaults.
-    return _env(name, str(default))
+def _env_or_none(name: str) -> str | None:
+    return os.environ.get(name) or None
 
 
 def _local_kafka_bootstrap() -> str:
+    # The stack's own port overrides (PIPELINE_KAFKA_PORTS, PIPELINE_S3_PORT, ...) also move the client defaults.
     ports = _env("PIPELINE_KAFKA_PORTS", ",".join(str(p) for p in LOCAL_KAFKA_PORTS)).split(",")
     return ",".join(f"127.0.0.1:{p.strip()}" for p in ports)
+
+
+def _local_url(port_env: str, default_port: int) -> str:
+    return f"http://127.0.0.1:{_env(port_env, str(default_port))}"
+
+
+def secret_is_set(name: str) -> bool:
+    """True when the secret's environment variable is set (the value itself stays in the environment)."""
+    return bool(os.environ.get(name))
+
+
+def secret(name: str) -> str | None:
+    """A secret's value, for the one place that must hand it to a client (the trainer's Kafka login)."""
+    return os.environ.get(name) or None
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """The process's place in a `torchrun` job (RANK, WORLD_SIZE, LOCAL_RANK); one process without it."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> DistEnv:
+        world_size = int(_env("WORLD_SIZE", "1"))
+        if world_size <= 1:
+            return cls()
+        return cls(rank=int(os.environ["RANK"]), world_size=world_size, local_rank=int(_env("LOCAL_RANK", "0")))
 
 
 @dataclass(frozen=True)
 class Settings:
     kafka_bootstrap: str = field(default_factory=lambda: _env("PIPELINE_KAFKA_BOOTSTRAP", _local_kafka_bootstrap()))
+    kafka_security_protocol: str = field(default_factory=lambda: _env("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"))
+    kafka_sasl_mechanism: str = field(default_factory=lambda: _env("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"))
+    kafka_sasl_username: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_USERNAME"))
+    kafka_ssl_ca_location: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SSL_CA_LOCATION"))
     s3_endpoint: str = field(
-        default_factory=lambda: _env(
-            "PIPELINE_S3_ENDPOINT", f"http://127.0.0.1:{_local_port('PIPELINE_S3_PORT', LOCAL_S3_PORT)}"
-        )
+        default_factory=lambda: _env("PIPELINE_S3_ENDPOINT", _local_url("PIPELINE_S3_PORT", LOCAL_S3_PORT))
     )
-    s3_access_key: str = field(default_factory=lambda: _env("AWS_ACCESS_KEY_ID", LOCAL_S3_ACCESS_KEY))
-    s3_secret_key: str = field(default_factory=lambda: _env("AWS_SECRET_ACCESS_KEY", LOCAL_S3_SECRET_KEY))
+    s3_access_key: str = field(default_factory=lambda: _env(AWS_ACCESS_KEY_ENV, LOCAL_S3_ACCESS_KEY), repr=False)
+    s3_secret_key: str = field(default_factory=lambda: _env(AWS_SECRET_KEY_ENV, LOCAL_S3_SECRET_KEY), repr=False)
     s3_region: str = field(default_factory=lambda: _env("AWS_REGION", "us-east-1"))
-    bucket: str = field(default_factory=lambda: _env("PIPELINE_S3_BUCKET", "pipeline"))
-    raw_prefix: str = field(default_factory=lambda: _env("PIPELINE_RAW_PREFIX", "raw/"))
+    bucket: str = field(default_factory=lambda: _env("PIPELINE_S3_BUCKET", DEFAULT_BUCKET))
+    raw_prefix: str = field(default_factory=lambda: _env("PIPELINE_RAW_PREFIX", DEFAULT_RAW_PREFIX))
     mlflow_tracking_uri: str = field(
-        default_factory=lambda: _env(
-            "MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_local_port('PIPELINE_MLFLOW_PORT', LOCAL_MLFLOW_PORT)}"
-        )
+        default_factory=lambda: _env("MLFLOW_TRACKING_URI", _local_url("PIPELINE_MLFLOW_PORT", LOCAL_MLFLOW_PORT))
     )
     mlflow_artifacts_bucket: str = field(
-        default_factory=lambda: _env("PIPELINE_MLFLOW_ARTIFACTS_BUCKET", "mlflow-artifacts")
+        default_factory=lambda: _env("PIPELINE_MLFLOW_ARTIFACTS_BUCKET", DEFAULT_MLFLOW_ARTIFACTS_BUCKET)
     )
-    topic: str = field(default_factory=lambda: _env("PIPELINE_TOPIC", "token-blocks"))
+    mlflow_experiment: str = field(
+        default_factory=lambda: _env("PIPELINE_MLFLOW_EXPERIMENT", DEFAULT_TRAINING_EXPERIMENT)
+    )
+    topic: str = field(default_factory=lambda: _env("PIPELINE_TOPIC", DEFAULT_TOPIC))
     dagster_url: str = field(
-        default_factory=lambda: _env(
-            "PIPELINE_DAGSTER_URL", f"http://127.0.0.1:{_local_port('PIPELINE_DAGSTER_PORT', LOCAL_DAGSTER_PORT)}"
-        )
+        default_factory=lambda: _env("PIPELINE_DAGSTER_URL", _local_url("PIPELINE_DAGSTER_PORT", LOCAL_DAGSTER_PORT))
+    )
+    cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
+    min_new_tokens: int = field(
+        default_factory=lambda: int(_env("PIPELINE_MIN_NEW_TOKENS", str(DEFAULT_MIN_NEW_TOKENS)))
     )
 
     @property
     def buckets(self) -> list[str]:
         return [self.bucket, self.mlflow_artifacts_bucket]
+
+    def s3_client(self) -> Any:
+        """The project's one boto3 S3 client factory (path-style addressing, for S3-protocol servers)."""
+        return make_s3_client(self.s3_endpoint, self.s3_access_key, self.s3_secret_key, self.s3_region)
+
+
+def make_s3_client(
+    endpoint: str | None,
+    access_key: str | None,
+    secret_key: str | None,
+    region: str = "us-east-1",
+    *,
+    max_attempts: int = 5,
+    connect_timeout: float = 60,
+    read_timeout: float = 60,
+):
+    """A boto3 S3 client; with an `endpoint` (an S3-protocol server) it addresses buckets by path."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name=region,
+        config=Config(
+            s3={"addressing_style": "path"} if endpoint else {},
+            retries={"max_attempts": max_attempts, "mode": "standard"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        ),
+    )
 
 
 def get_settings() -> Settings:

@@ -7,7 +7,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import boto3
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -27,13 +26,7 @@ def files_from_dir(source: Path, prefix: str) -> list[SampleFile]:
 
 
 def upload(settings: Settings, files: list[SampleFile]) -> None:
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=settings.s3_endpoint,
-        aws_access_key_id=settings.s3_access_key,
-        aws_secret_access_key=settings.s3_secret_key,
-        region_name=settings.s3_region,
-    )
+    s3 = settings.s3_client()
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("uploading to S3", total=len(files))
         for f in files:

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
+from pipeline_project.settings import make_s3_client
+
 from .jars import classpath, ensure_jars, java
 from .processes import ManagedProcess, http_get
 from .service import Service, ServiceStatus
 
 
 def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1"):
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=access_key,
-        aws_secret_access_key=secret_key,
-        region_name=region,
-        config=Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=2, read_timeout=10),
-    )
+    """A client that gives up fast: the stack asks whether the server answers, it does not move data."""
+    return make_s3_client(endpoint, access_key, secret_key, region, max_attempts=2, connect_timeout=2, read_timeout=10)
 
 
 class S3Service(Service):

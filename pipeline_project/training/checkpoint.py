@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-import boto3
 import numpy as np
 import torch
 from torch import nn
@@ -111,14 +110,7 @@ def load_resume_state(directory: str | Path) -> ResumeState:
 
 
 def s3_client(settings: Settings | None = None):
-    settings = settings or Settings()
-    return boto3.client(
-        "s3",
-        endpoint_url=settings.s3_endpoint,
-        aws_access_key_id=settings.s3_access_key,
-        aws_secret_access_key=settings.s3_secret_key,
-        region_name=settings.s3_region,
-    )
+    return (settings or Settings()).s3_client()
 
 
 def checkpoint_prefix(run_name: str) -> str:

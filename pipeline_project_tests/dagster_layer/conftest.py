@@ -1,6 +1,5 @@
 import uuid
 
-import boto3
 import dagster as dg
 import pytest
 
@@ -37,13 +36,7 @@ def resources(stack, layout) -> dict:
 
 @pytest.fixture
 def s3(stack):
-    return boto3.client(
-        "s3",
-        endpoint_url=stack.s3_endpoint,
-        aws_access_key_id=stack.s3_access_key,
-        aws_secret_access_key=stack.s3_secret_key,
-        region_name=stack.s3_region,
-    )
+    return stack.s3_client()
 
 
 @pytest.fixture
