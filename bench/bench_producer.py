@@ -31,10 +31,12 @@ import numpy as np
 from pipeline_project.settings import Settings
 from pipeline_project.stack.kafka import tool_command
 from pipeline_project.streaming.format import max_blocks_per_message
-from pipeline_project.streaming.kafka_client import KafkaSettings, ensure_topic
+from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.ledger import ledger_topic
 from pipeline_project.streaming.packing import BlockPacker
-from pipeline_project.streaming.producer import ProducerConfig, ledger_topic, produce_blocks, tokenize_and_produce
+from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, tokenize_and_produce
 from pipeline_project.streaming.tokenizer import load_tokenizer
+from pipeline_project.streaming.topics import ensure_topic
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"

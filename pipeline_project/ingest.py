@@ -11,6 +11,19 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
+
+class IngestError(Exception):
+    """Base of the errors raised while planning or reading batches."""
+
+
+class ManifestNotFoundError(IngestError, FileNotFoundError):
+    """No manifest for the batch: the partition was added without the sensor writing one."""
+
+
+class ObjectChangedError(IngestError):
+    """An object of a manifest was overwritten after the manifest was written."""
+
+
 SUPPORTED_SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".json.gz", ".jsonl.gz", ".jsonl.zst", ".html")
 MANIFEST_PREFIX = "manifests/"
 
@@ -97,12 +110,10 @@ def read_manifest(client, bucket: str, batch_id: str) -> BatchManifest:
     try:
         body = client.get_object(Bucket=bucket, Key=manifest_key(batch_id))["Body"].read()
     except client.exceptions.NoSuchKey as exc:
-        raise FileNotFoundError(f"no manifest s3://{bucket}/{manifest_key(batch_id)} for batch {batch_id!r}") from exc
+        raise ManifestNotFoundError(
+            f"no manifest s3://{bucket}/{manifest_key(batch_id)} for batch {batch_id!r}"
+        ) from exc
     return BatchManifest.from_json(body)
-
-
-class ObjectChangedError(RuntimeError):
-    pass
 
 
 def fetch_object(client, bucket: str, obj: RawObject) -> bytes:

@@ -44,6 +44,25 @@ def _env_or_none(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
+def stack_ports(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """The embedded stack's ports from the comma-separated variable `name` (PIPELINE_KAFKA_PORTS, PIPELINE_S3_PORT).
+
+    Raises ValueError, naming the variable, when its value is not a list of integers.
+    """
+    raw = _env_or_none(name)
+    if raw is None:
+        return default
+    try:
+        return tuple(int(p) for p in raw.split(","))
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a comma-separated list of ports") from None
+
+
+def stack_state_dir() -> str | None:
+    """PIPELINE_STATE_DIR: where the embedded stack keeps its state; None when unset (the stack's default then)."""
+    return _env_or_none("PIPELINE_STATE_DIR")
+
+
 def _local_kafka_bootstrap() -> str:
     # The stack's own port overrides (PIPELINE_KAFKA_PORTS, PIPELINE_S3_PORT, ...) also move the client defaults.
     ports = _env("PIPELINE_KAFKA_PORTS", ",".join(str(p) for p in LOCAL_KAFKA_PORTS)).split(",")
@@ -83,8 +102,9 @@ class DistEnv:
 @dataclass(frozen=True)
 class Settings:
     kafka_bootstrap: str = field(default_factory=lambda: _env("PIPELINE_KAFKA_BOOTSTRAP", _local_kafka_bootstrap()))
-    kafka_security_protocol: str = field(default_factory=lambda: _env("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"))
-    kafka_sasl_mechanism: str = field(default_factory=lambda: _env("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"))
+    # None: the client library's default (`streaming.kafka_client.KafkaSettings`: PLAINTEXT, SCRAM-SHA-512)
+    kafka_security_protocol: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SECURITY_PROTOCOL"))
+    kafka_sasl_mechanism: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_MECHANISM"))
     kafka_sasl_username: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_USERNAME"))
     kafka_ssl_ca_location: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SSL_CA_LOCATION"))
     s3_endpoint: str = field(

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import zstandard
 
+from pipeline_project.cleaning.errors import IndexFormatError
+
 _FORMAT = 1
 
 
@@ -171,7 +173,7 @@ class DedupIndex:
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes().decode("utf-8"))
             if meta["format"] != _FORMAT:
-                raise ValueError(f"unknown DedupIndex format {meta['format']}")
+                raise IndexFormatError(f"unknown DedupIndex format {meta['format']}")
             index = cls(num_perm=meta["num_perm"], num_bands=meta["num_bands"])
             index.batches, index.doc_ids = meta["batches"], meta["doc_ids"]
             for name in ("doc_batch", "exact_keys", "exact_entries", "band_keys", "band_entries", "signatures"):

@@ -12,7 +12,8 @@ import numpy as np
 
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex
-from pipeline_project.cleaning.records import Document, Dropped, Quarantined
+from pipeline_project.cleaning.errors import CountsMismatchError
+from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import (
     BoilerplateStrip,
     C4Quality,
@@ -29,7 +30,6 @@ from pipeline_project.cleaning.steps import (
     Step,
     StepStats,
 )
-from pipeline_project.cleaning.steps.dedup import EXACT_KEY, MINHASH_KEY
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,17 @@ class CleaningResult:
     quarantined: list[Quarantined] = field(default_factory=list)
     step_stats: list[StepStats] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
+
+    def dropped_by_reason(self) -> dict[str, int]:
+        """Counts keyed `step:reason` (the reason without its detail) and `quarantine:reason`."""
+        counts: Counter = Counter(f"{d.step}:{d.reason.split(':', 1)[0]}" for d in self.dropped)
+        counts.update(f"quarantine:{q.reason}" for q in self.quarantined)
+        return dict(counts)
+
+    def check_counts(self) -> None:
+        c = self.counts
+        if c["in"] != c["kept"] + c["dropped"] + c["quarantined"]:
+            raise CountsMismatchError(f"cleaning lost documents: {c}")
 
     def removal_table_markdown(self) -> str:
         rows = [
@@ -113,8 +124,7 @@ class CleaningPipeline:
         if ctx.use_index:
             self._commit(index, batch_id, docs)
         for doc in docs:
-            for key in ("_words", EXACT_KEY, MINHASH_KEY):
-                doc.__dict__.pop(key, None)
+            doc.state = DocState()
         result.counts = {
             "in": n_in,
             "kept": len(result.kept),
@@ -126,11 +136,11 @@ class CleaningPipeline:
 
     def _commit(self, index: DedupIndex, batch_id: str, docs: list[Document]) -> None:
         """Only documents that survived the whole chain become the originals later batches are compared with."""
-        exact = np.array([d.__dict__.get(EXACT_KEY, 0) for d in docs], dtype=np.uint64)
+        exact = np.array([d.state.exact_key or 0 for d in docs], dtype=np.uint64)
         sigs = np.zeros((len(docs), index.num_perm), dtype=np.uint32)
         bands = np.zeros((len(docs), index.num_bands), dtype=np.uint64)
         for i, d in enumerate(docs):
-            mh = d.__dict__.get(MINHASH_KEY)
+            mh = d.state.minhash
             if mh is not None:
                 sigs[i], bands[i] = mh
         index.add(batch_id, [d.id for d in docs], exact, bands, sigs)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import zstandard
 
 from pipeline_project.cleaning.config import CleaningConfig, ReaderConfig
+from pipeline_project.cleaning.errors import DecompressedTooLargeError, TruncatedArchiveError, UndecodableError
 from pipeline_project.cleaning.records import Document, Quarantined
 
 _CHUNK = 1 << 20
@@ -25,20 +26,8 @@ _BOMS = (
 )
 
 
-class Truncated(Exception):
-    """The archive ended before its end-of-stream marker."""
-
-
-class TooLarge(Exception):
-    pass
-
-
-class Undecodable(Exception):
-    pass
-
-
 def _inflate(data: bytes, new_decoder, limit: int) -> bytes:
-    """Decompress all concatenated members/frames; raise Truncated with what was recovered."""
+    """Decompress all concatenated members/frames; raise TruncatedArchiveError with what was recovered."""
     out = bytearray()
     rest = data
     while rest:
@@ -46,11 +35,11 @@ def _inflate(data: bytes, new_decoder, limit: int) -> bytes:
         for start in range(0, len(rest), _CHUNK):
             out += dec.decompress(rest[start : start + _CHUNK])
             if len(out) > limit:
-                raise TooLarge(f"inflates past {limit} bytes")
+                raise DecompressedTooLargeError(f"inflates past {limit} bytes")
             if dec.eof:
                 break
         if not dec.eof:
-            raise Truncated(bytes(out))
+            raise TruncatedArchiveError(bytes(out))
         rest = dec.unused_data
     return bytes(out)
 
@@ -83,7 +72,7 @@ def decode_bytes(data: bytes, cfg: ReaderConfig) -> tuple[str, str]:
 
     best = from_bytes(data).best()
     if best is None or best.encoding is None:
-        raise Undecodable("no encoding fits")
+        raise UndecodableError("no encoding fits")
     return str(best), best.encoding
 
 
@@ -119,7 +108,7 @@ def _read_text(key: str, data: bytes, cfg: ReaderConfig) -> Iterator[Document | 
         return
     try:
         text, encoding = decode_bytes(data, cfg)
-    except Undecodable as exc:
+    except UndecodableError as exc:
         yield Quarantined(key, key, "undecodable", str(exc))
         return
     yield Document(id=key, text=text, source=key, meta={"encoding": encoding})
@@ -139,7 +128,7 @@ def _read_jsonl(key: str, data: bytes, cfg: ReaderConfig) -> Iterator[Document |
             continue
         try:
             raw, encoding = decode_bytes(line, cfg)
-        except Undecodable as exc:
+        except UndecodableError as exc:
             yield Quarantined(doc_id, key, "undecodable", str(exc))
             continue
         try:
@@ -157,7 +146,7 @@ def _read_jsonl(key: str, data: bytes, cfg: ReaderConfig) -> Iterator[Document |
 def _read_html(key: str, data: bytes, cfg: ReaderConfig) -> Iterator[Document | Quarantined]:
     try:
         html, encoding = decode_bytes(data, cfg)
-    except Undecodable as exc:
+    except UndecodableError as exc:
         yield Quarantined(key, key, "undecodable", str(exc))
         return
     import trafilatura
@@ -182,14 +171,14 @@ def read_object(key: str, data: bytes, config: CleaningConfig) -> Iterator[Docum
     truncated = False
     try:
         payload = decompress(key, data, cfg.max_decompressed_bytes)
-    except Truncated as exc:
+    except TruncatedArchiveError as exc:
         # keep every complete line that came before the cut; the cut line itself is lost
         payload, truncated = exc.args[0], True
         if parse is _read_jsonl:
             payload = payload[: payload.rfind(b"\n") + 1]
         else:
             payload = b""
-    except TooLarge as exc:
+    except DecompressedTooLargeError as exc:
         yield Quarantined(key, key, "decompressed_too_large", str(exc))
         return
     except (zlib.error, zstandard.ZstdError) as exc:

@@ -3,6 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DocState:
+    """What steps compute about a document once and share with later steps; cleared when it leaves the chain.
+
+    Each field names the step that writes it. Nothing here is written to the shards.
+    """
+
+    words: tuple[str, str, list[str]] | None = None  # base.doc_words: (text it was split from, language, words)
+    exact_key: int | None = None  # ExactDedup: xxh3 of the normalized text, for the cross-batch index
+    minhash: tuple[Any, Any] | None = None  # MinHashDedup: (signature uint32[num_perm], band keys uint64[bands])
 
 
 @dataclass
@@ -11,6 +24,7 @@ class Document:
     text: str
     source: str
     meta: dict = field(default_factory=dict)
+    state: DocState = field(default_factory=DocState, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

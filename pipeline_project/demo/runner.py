@@ -112,12 +112,20 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     return table
 
 
+def use_dagster_home(home: Path) -> None:
+    """Point this process at the stack's Dagster instance: `DagsterInstance.get()` reads DAGSTER_HOME.
+
+    This sets the variable (for this process and the children it starts); it reads no configuration.
+    """
+    os.environ["DAGSTER_HOME"] = str(home)
+
+
 def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0, seed: int | None = None) -> None:
     from dagster import DagsterInstance
     from dagster_graphql import DagsterGraphQLClient
 
     settings: Settings = stack.settings()
-    os.environ["DAGSTER_HOME"] = str(stack.services["dagster"].home)
+    use_dagster_home(stack.services["dagster"].home)
     instance = DagsterInstance.get()
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")

@@ -1,8 +1,6 @@
-"""One module per external system. `build_resources` wires them from the environment."""
+"""One module per external system. `build_resources` wires them from `Settings` (the environment)."""
 
 from __future__ import annotations
-
-import os
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
@@ -12,12 +10,18 @@ from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.resources.trainer import TrainerResource
-from pipeline_project.settings import Settings
+from pipeline_project.settings import (
+    AWS_ACCESS_KEY_ENV,
+    AWS_SECRET_KEY_ENV,
+    KAFKA_SASL_PASSWORD_ENV,
+    Settings,
+    secret_is_set,
+)
 
 
-def _secret(name: str, default: str):
+def _secret(name: str, local_default: str | None):
     """An EnvVar when the variable is set (so the value never lands in run config), else the local default."""
-    return dg.EnvVar(name) if os.environ.get(name) else default
+    return dg.EnvVar(name) if secret_is_set(name) else local_default
 
 
 def build_resources(settings: Settings | None = None) -> dict:
@@ -26,18 +30,19 @@ def build_resources(settings: Settings | None = None) -> dict:
         "s3": S3Resource(
             endpoint_url=s.s3_endpoint,
             region_name=s.s3_region,
-            aws_access_key_id=_secret("AWS_ACCESS_KEY_ID", s.s3_access_key),
-            aws_secret_access_key=_secret("AWS_SECRET_ACCESS_KEY", s.s3_secret_key),
+            aws_access_key_id=_secret(AWS_ACCESS_KEY_ENV, s.s3_access_key),
+            aws_secret_access_key=_secret(AWS_SECRET_KEY_ENV, s.s3_secret_key),
         ),
         "kafka": KafkaResource(
             bootstrap_servers=s.kafka_bootstrap,
-            security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
-            sasl_username=os.environ.get("KAFKA_SASL_USERNAME") or None,
-            sasl_password=dg.EnvVar("KAFKA_SASL_PASSWORD") if os.environ.get("KAFKA_SASL_PASSWORD") else None,
-            ssl_ca_location=os.environ.get("KAFKA_SSL_CA_LOCATION") or None,
+            security_protocol=s.kafka_security_protocol,
+            sasl_mechanism=s.kafka_sasl_mechanism,
+            sasl_username=s.kafka_sasl_username,
+            sasl_password=_secret(KAFKA_SASL_PASSWORD_ENV, None),
+            ssl_ca_location=s.kafka_ssl_ca_location,
         ),
         "mlflow": MlflowResource(tracking_uri=s.mlflow_tracking_uri),
         "layout": PipelineLayout(bucket=s.bucket, raw_prefix=s.raw_prefix, topic=s.topic),
-        "cleaning": CleaningResource(config_path=os.environ.get("PIPELINE_CLEANING_CONFIG") or None),
-        "trainer": TrainerResource(),
+        "cleaning": CleaningResource(config_path=s.cleaning_config_path),
+        "trainer": TrainerResource(experiment_name=s.mlflow_experiment),
     }

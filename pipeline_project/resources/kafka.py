@@ -1,46 +1,49 @@
-"""Kafka as a Dagster resource: configuration and client factories over `streaming.kafka_client`."""
+"""Kafka as a Dagster resource: configuration and client factories over `streaming.kafka_client`.
+
+The resource declares only what a deployment sets; every default lives in `KafkaSettings`.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from pipeline_project.streaming.kafka_client import KafkaSettings, KafkaStats, TopicLayout, ensure_topic
 
+if TYPE_CHECKING:
+    from pipeline_project.streaming.producer import ProduceReport
+
 
 class KafkaResource(dg.ConfigurableResource):
-    """confluent-kafka clients with the project's throughput defaults (see CONVENTIONS.md).
+    """confluent-kafka clients with the project's throughput defaults (see `streaming.kafka_client`).
 
-    Secrets come from the environment: `sasl_password=dg.EnvVar("KAFKA_SASL_PASSWORD")`.
+    Unset fields take `KafkaSettings`' defaults. Secrets come from the environment:
+    `sasl_password=dg.EnvVar("KAFKA_SASL_PASSWORD")`.
     """
 
     bootstrap_servers: str
-    client_id: str = "pipeline-project"
-    security_protocol: Literal["PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    client_id: str | None = None
+    security_protocol: str | None = None  # validated by KafkaSettings
+    sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = None
     ssl_ca_location: str | None = None
     producer_overrides: dict[str, Any] = Field(default_factory=dict)
     consumer_overrides: dict[str, Any] = Field(default_factory=dict)
-    statistics_interval_ms: int = 1000
 
     _admin: Any = PrivateAttr(default=None)
 
     def settings(self) -> KafkaSettings:
+        fields = ("bootstrap_servers", "client_id", "security_protocol", "sasl_mechanism", "sasl_username",
+                  "sasl_password", "ssl_ca_location")  # fmt: skip
+        given = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
         return KafkaSettings(
-            bootstrap_servers=self.bootstrap_servers,
-            client_id=self.client_id,
-            security_protocol=self.security_protocol,
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_username=self.sasl_username,
-            sasl_password=self.sasl_password,
-            ssl_ca_location=self.ssl_ca_location,
+            **given,
             producer_overrides=dict(self.producer_overrides),
             consumer_overrides=dict(self.consumer_overrides),
-            statistics_interval_ms=self.statistics_interval_ms,
         )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
@@ -63,14 +66,37 @@ class KafkaResource(dg.ConfigurableResource):
     def consumer(self, **kwargs: Any):
         return self.settings().make_consumer(**kwargs)
 
-    def ensure_topic(
-        self,
-        name: str,
-        partitions: int = 8,
-        replication_factor: int = 3,
-        min_insync_replicas: int = 2,
-        config: dict[str, Any] | None = None,
-    ) -> TopicLayout:
+    def produce_token_blocks(self, topic: str, texts: Iterable[str], *, seq_len: int, source: str, ledger_key: str,
+                             content_hash: str, max_message_bytes: int) -> ProduceReport:  # fmt: skip
+        """Tokenize, pack and produce one batch in a transaction with its ledger record (once per ledger key)."""
+        from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
+        from pipeline_project.streaming.tokenizer import load_tokenizer
+
+        return tokenize_and_produce(
+            self.settings(),
+            topic,
+            texts,
+            tokenizer=load_tokenizer(),
+            seq_len=seq_len,
+            source=source,
+            ledger_key=ledger_key,
+            content_hash=content_hash,
+            config=ProducerConfig(max_message_bytes=max_message_bytes),
+        )
+
+    def ledger_entry(self, topic: str, ledger_key: str) -> ProduceReport | None:
+        from pipeline_project.streaming.producer import read_ledger
+
+        return read_ledger(self.settings(), topic).get(ledger_key)
+
+    def verify_blocks(self, report: ProduceReport) -> dict[str, Any]:
+        """Read the report's offset ranges back (read_committed); raises if they do not hold its blocks."""
+        from pipeline_project.streaming.producer import verify_produced
+
+        return verify_produced(self.settings(), report)
+
+    def ensure_topic(self, name: str, partitions: int, replication_factor: int, min_insync_replicas: int,
+                     config: dict[str, Any] | None = None) -> TopicLayout:  # fmt: skip
         return ensure_topic(
             self.admin(),
             name,

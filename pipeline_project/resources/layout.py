@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dagster as dg
 
+from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_RAW_PREFIX, DEFAULT_TOPIC
+
 
 class PipelineLayout(dg.ConfigurableResource):
-    bucket: str = "pipeline"
-    raw_prefix: str = "raw/"
+    bucket: str = DEFAULT_BUCKET
+    raw_prefix: str = DEFAULT_RAW_PREFIX
     shards_prefix: str = "shards/"
     exclusions_prefix: str = "exclusions/"
     dedup_prefix: str = "dedup/"
     checkpoints_prefix: str = "checkpoints/"
-    topic: str = "token-blocks"
+    topic: str = DEFAULT_TOPIC
     topic_partitions: int = 8
     replication_factor: int = 3
     min_insync_replicas: int = 2

@@ -1,21 +1,20 @@
 """Train when enough new tokens have reached the topic since the last checkpoint."""
 
-import os
-
 import dagster as dg
 
-MIN_NEW_TOKENS_ENV = "PIPELINE_MIN_NEW_TOKENS"
-DEFAULT_MIN_NEW_TOKENS = 200_000
+from pipeline_project.assets.checkpoint import deepseek_checkpoint
+from pipeline_project.assets.token_blocks import token_blocks
+from pipeline_project.settings import Settings
 
 
 def new_tokens_since_last_checkpoint(instance: dg.DagsterInstance) -> tuple[int, int]:
-    """(tokens produced by kafka_topic materializations after the newest checkpoint, newest event id)."""
-    last_ckpt = instance.fetch_materializations(dg.AssetKey("deepseek_checkpoint"), limit=1).records
+    """(tokens produced by token_blocks materializations after the newest checkpoint, newest event id)."""
+    last_ckpt = instance.fetch_materializations(deepseek_checkpoint.key, limit=1).records
     after_id = last_ckpt[0].storage_id if last_ckpt else 0
     tokens, newest, cursor = 0, after_id, None
     while True:
         page = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("kafka_topic"), after_storage_id=after_id),
+            dg.AssetRecordsFilter(asset_key=token_blocks.key, after_storage_id=after_id),
             limit=500,
             cursor=cursor,
             ascending=True,
@@ -34,12 +33,12 @@ def new_tokens_since_last_checkpoint(instance: dg.DagsterInstance) -> tuple[int,
     name="checkpoint_trigger_sensor",
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    asset_selection=["deepseek_checkpoint"],
-    description=f"Requests deepseek_checkpoint once ${MIN_NEW_TOKENS_ENV} (default {DEFAULT_MIN_NEW_TOKENS}) "
-    "new tokens are in the topic. Materialize it from the UI to train on demand.",
+    asset_selection=[deepseek_checkpoint],
+    description="Requests deepseek_checkpoint once $PIPELINE_MIN_NEW_TOKENS new tokens are in the topic. "
+    "Materialize it from the UI to train on demand.",
 )
 def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    threshold = int(os.environ.get(MIN_NEW_TOKENS_ENV, DEFAULT_MIN_NEW_TOKENS))
+    threshold = Settings().min_new_tokens
     tokens, newest = new_tokens_since_last_checkpoint(context.instance)
     if tokens < threshold:
         return dg.SensorResult(skip_reason=f"{tokens} new tokens < {threshold}")

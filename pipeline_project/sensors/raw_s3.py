@@ -4,11 +4,14 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from dagster_aws.s3.sensor import get_objects
 
+from pipeline_project.assets.cleaned import cleaned_shards
 from pipeline_project.assets.partitions import batches
+from pipeline_project.assets.raw import raw_text
+from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.ingest import BatchManifest, SensorCursor, make_batch_id, plan_batch, write_manifest_once
 from pipeline_project.resources.layout import PipelineLayout
 
-INGEST_SELECTION = ["raw_text", "cleaned_shards", "kafka_topic"]
+INGEST_SELECTION = [raw_text, cleaned_shards, token_blocks]
 
 
 @dg.sensor(
@@ -17,7 +20,7 @@ INGEST_SELECTION = ["raw_text", "cleaned_shards", "kafka_topic"]
     default_status=dg.DefaultSensorStatus.RUNNING,
     asset_selection=INGEST_SELECTION,
     description="Lists the raw prefix since the cursor; new objects become one `batches` partition "
-    "with an immutable manifest, and one run of raw_text -> cleaned_shards -> kafka_topic.",
+    "with an immutable manifest, and one run of raw_text -> cleaned_shards -> token_blocks.",
 )
 def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: PipelineLayout) -> dg.SensorResult:
     cursor = SensorCursor.from_json(context.cursor)

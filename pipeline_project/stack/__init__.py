@@ -2,7 +2,7 @@
 
 from .config import DEFAULT_SERVICES, SERVICES, StackConfig, default_state_dir
 from .errors import StackError
-from .kafka import TOOL_ALIASES, kafka_tool, tool_command
+from .kafka_tools import TOOL_ALIASES, kafka_tool, tool_command
 from .service import ServiceStatus
 from .stack import Stack, parse_services
 

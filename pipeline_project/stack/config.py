@@ -1,8 +1,7 @@
-"""Where the stack keeps its state and which ports it binds. Read from the environment, overridable in code."""
+"""Where the stack keeps its state and which ports it binds: from settings.py (the environment), overridable in code."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,13 +17,10 @@ DEFAULT_SERVICES = ("kafka", "s3", "mlflow")
 
 
 def _ports_from_env(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
     try:
-        return tuple(int(p) for p in raw.split(","))
-    except ValueError:
-        raise StackError(f"{name}={raw!r} is not a comma-separated list of ports") from None
+        return client_settings.stack_ports(name, default)
+    except ValueError as err:
+        raise StackError(str(err)) from None
 
 
 def _port_from_env(name: str, default: int) -> int:
@@ -32,13 +28,13 @@ def _port_from_env(name: str, default: int) -> int:
 
 
 def default_state_dir() -> Path:
-    raw = os.environ.get("PIPELINE_STATE_DIR")
+    raw = client_settings.stack_state_dir()
     return Path(raw).expanduser().resolve() if raw else REPO_ROOT / ".state"
 
 
 @dataclass(frozen=True)
 class StackConfig:
-    """Everything the local stack needs to know to start; defaults come from env vars, then settings.py."""
+    """Everything the local stack needs to know to start; defaults come from settings.py (env vars, then constants)."""
 
     state_dir: Path = field(default_factory=default_state_dir)
     kafka_ports: tuple[int, ...] = field(

@@ -36,14 +36,6 @@ concurrency:
     default_limit: 1
 """
 
-PLACEHOLDER_DEFINITIONS = '''\
-"""Placeholder until the asset graph lands: an empty code location so the webserver loads."""
-
-import dagster as dg
-
-defs = dg.Definitions()
-'''
-
 DAEMON_HEALTH_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }"
 LOCATIONS_QUERY = (
     "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
@@ -111,9 +103,6 @@ class DagsterService(Service):
     def prepare(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "dagster.yaml").write_text(DAGSTER_YAML.format(home=self.home))
-        definitions = self.config.repo_root / "pipeline_project" / "definitions.py"
-        if not definitions.exists():
-            definitions.write_text(PLACEHOLDER_DEFINITIONS)
 
     def _graphql(self, query: str) -> dict | None:
         request = urllib.request.Request(

@@ -7,30 +7,19 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
-import os
-import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
+from .class_data_sharing import ClassDataSharing, archive_path
 from .errors import StackError
-from .jars import classpath, ensure_jars, jars_dir, java, pom_digest
+from .jars import classpath, ensure_jars, java
+from .kafka_tools import TOOL_ALIASES, kafka_tool, tool_command
 from .processes import ManagedProcess, accepts_connections, port_in_use, stop_all
 from .service import Service, ServiceStatus
 
-TOOL_ALIASES = {
-    "topics": "org.apache.kafka.tools.TopicCommand",
-    "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
-    "console-producer": "org.apache.kafka.tools.ConsoleProducer",
-    "metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
-    "broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
-    "producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
-    "consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
-    "get-offsets": "org.apache.kafka.tools.GetOffsetShell",
-    "cluster": "org.apache.kafka.tools.ClusterTool",
-    "configs": "kafka.admin.ConfigCommand",
-    "storage": "kafka.tools.StorageTool",
-}
+# The tool runner lives in kafka_tools.py; re-exported here for bench/bench_producer.py, the streaming tests and
+# deploy/local/README.md, which name it as `pipeline_project.stack.kafka`.
+__all__ = ["TOOL_ALIASES", "KafkaService", "kafka_tool", "kafka_uuid", "tool_command"]
 
 BROKER_DEFAULTS = {
     "num.partitions": "8",
@@ -73,17 +62,6 @@ logger.clients.name = org.apache.kafka.clients
 logger.clients.level = WARN
 """
 
-TOOL_LOG4J2 = """\
-status = error
-appender.err.type = Console
-appender.err.name = ERR
-appender.err.target = SYSTEM_ERR
-appender.err.layout.type = PatternLayout
-appender.err.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.err.ref = ERR
-"""
-
 
 def kafka_uuid() -> str:
     """A Kafka `Uuid` string (url-safe base64 of 16 random bytes), as `kafka-storage random-uuid` prints."""
@@ -91,48 +69,6 @@ def kafka_uuid() -> str:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not text.startswith("-"):
             return text
-
-
-# Short-lived admin tools start about twice as fast with C1 only and the serial GC; the perf tools keep the
-# full JIT because benchmarks compare against them.
-FAST_START_OPTS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto")
-FULL_JIT_TOOLS = {"org.apache.kafka.tools.ProducerPerformance", "org.apache.kafka.tools.ConsumerPerformance"}
-
-
-def tool_command(classname: str, *args: str, jvm_opts: tuple[str, ...] = ()) -> list[str]:
-    """argv that runs a Kafka tool class (or an alias from TOOL_ALIASES) from the stack's jars."""
-    ensure_jars("kafka")
-    tool_log = ensure_tool_log4j()
-    main = TOOL_ALIASES.get(classname, classname)
-    speed = () if main in FULL_JIT_TOOLS else FAST_START_OPTS
-    return [
-        java(),
-        "-Xmx512m",
-        *speed,
-        f"-Dlog4j2.configurationFile={tool_log}",
-        *jvm_opts,
-        "-cp",
-        classpath("kafka"),
-        main,
-        *args,
-    ]
-
-
-def ensure_tool_log4j() -> Path:
-    path = Path(classpath("kafka")).parent / "tools-log4j2.properties"
-    if not path.exists():
-        path.write_text(TOOL_LOG4J2)
-    return path
-
-
-def kafka_tool(classname: str, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    """Run one of Kafka's own tools (class name or alias such as "topics", "metadata-quorum") and capture its output."""
-    cmd = tool_command(classname, *args)
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise StackError(f"kafka tool {classname} exited with {result.returncode}: {last[0]}")
-    return result
 
 
 def _quiet_logger() -> logging.Logger:
@@ -156,6 +92,7 @@ class KafkaService(Service):
         return [f"{self.config.host}:{p}" for p in self.config.kafka_controller_ports]
 
     def processes(self) -> list[ManagedProcess]:
+        cds = self.class_data_sharing
         procs = []
         for node_id, port, cport in zip(
             self.node_ids, self.config.kafka_ports, self.config.kafka_controller_ports, strict=True
@@ -166,7 +103,7 @@ class KafkaService(Service):
                 f"-Xms{self.config.kafka_heap}",
                 f"-Xmx{self.config.kafka_heap}",
                 *JVM_OPTS,
-                *self._class_data_sharing(node_id),
+                *cds.jvm_opts(dumps=node_id == self.node_ids[-1]),
                 f"-Dlog4j2.configurationFile={ndir / 'log4j2.properties'}",
                 "-cp",
                 classpath("kafka"),
@@ -186,33 +123,14 @@ class KafkaService(Service):
         return procs
 
     @property
-    def cds_archive(self) -> Path:
-        """AppCDS archive shared by every state dir, next to the jars it was built from (keyed by the pom)."""
-        return jars_dir("kafka").parent / f"kafka-classes-{pom_digest('kafka')[:12]}.jsa"
+    def class_data_sharing(self) -> ClassDataSharing:
+        """The brokers' AppCDS archive (shared by every state dir) and this state dir's dump of it."""
+        return ClassDataSharing(archive=archive_path("kafka"), dump=self.dir / "classes.jsa.dump")
 
     @property
-    def _cds_dump(self) -> Path:
-        return self.dir / "classes.jsa.dump"
-
-    def _class_data_sharing(self, node_id: int) -> tuple[str, ...]:
-        # AppCDS: the broker stopped first (highest id, a clean exit) dumps the classes it loaded; later starts map
-        # that archive instead of parsing ~10k classes from the jars again. A stale archive is ignored (-Xshare:auto).
-        quiet = "-Xlog:cds=off,cds+dynamic=off"
-        if self.cds_archive.exists():
-            return ("-Xshare:auto", f"-XX:SharedArchiveFile={self.cds_archive}", quiet)
-        if node_id == self.node_ids[-1]:
-            return (f"-XX:ArchiveClassesAtExit={self._cds_dump}", quiet)
-        return ()
-
-    def _publish_cds_dump(self) -> None:
-        dump = self._cds_dump
-        if not dump.exists() or dump.stat().st_size == 0:
-            return
-        if not self.cds_archive.exists():
-            staging = self.cds_archive.with_suffix(f".{os.getpid()}.tmp")
-            shutil.copyfile(dump, staging)
-            os.replace(staging, self.cds_archive)  # atomic: a starting broker never maps a half-written archive
-        dump.unlink(missing_ok=True)
+    def cds_archive(self) -> Path:
+        """Path of the brokers' AppCDS archive (bench/stack_bench.py reports whether it exists)."""
+        return self.class_data_sharing.archive
 
     def stop(self) -> list[str]:
         # One broker at a time, highest id first: while a majority of controllers is alive each broker's controlled
@@ -226,7 +144,7 @@ class KafkaService(Service):
             stopped.extend(stop_all([dataclasses.replace(mp, stop_timeout=LAST_BROKER_GRACE_S) if last else mp]))
         for mp in self.processes():
             mp.pid_file.unlink(missing_ok=True)
-        self._publish_cds_dump()
+        self.class_data_sharing.publish()
         return stopped[::-1]
 
     def server_properties(self, node_id: int) -> dict[str, str]:

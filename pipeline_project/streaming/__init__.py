@@ -1,7 +1,11 @@
 """Token blocks on Kafka, plain Python (no Dagster).
 
-Producer side: `kafka_client` (settings, tuned clients, topics, stats, delivery errors), `format`
-(wire format), `tokenizer` (offline DeepSeek fast tokenizer), `packing` (EOS-separated blocks),
-`producer` (transactional, ledger-backed idempotent produce). Consumer side: `loader`,
-`assignment`, `state`. Import the submodules directly; this package imports nothing heavy.
+Shared: `kafka_client` (settings, tuned clients, delivery tracking), `topics` (topic layout),
+`kafka_stats` (librdkafka statistics), `format` (wire format), `errors` (every error subclasses
+`StreamingError`). Producer side: `tokenizer` (offline DeepSeek fast tokenizer), `packing`
+(EOS-separated blocks), `prefetch` (texts read ahead in a thread), `producer` (transactional,
+idempotent produce per ledger key), `ledger` (the `<topic>.ledger` record of what was produced),
+`verify` (read back what a report claims). Consumer side: `loader`, with `partition_reader`,
+`assembler`, `assignment` and `state`. Import the submodules directly; this package imports
+nothing heavy.
 """

@@ -20,9 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-
-class AssignmentError(ValueError):
-    """The (world_size, num_workers, partitions) combination cannot feed every rank."""
+from pipeline_project.streaming.errors import AssignmentError
 
 
 @dataclass(frozen=True, order=True)

@@ -1,7 +1,9 @@
-"""Wire format of token blocks on Kafka (DESIGN.md).
+"""Wire format of token blocks on Kafka.
 
 Value: little-endian uint32 token ids, `blocks` whole blocks of exactly `seq_len` tokens each.
-Headers (all bytes, UTF-8 text): fmt, tok, tok_hash, seq_len, blocks, src.
+Headers (all bytes, UTF-8 text): fmt (format version), tok and tok_hash (tokenizer name and hash),
+seq_len, blocks (block count), src (source shard id). A message that breaks any of this raises
+MalformedMessageError when decoded.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from pipeline_project.streaming.errors import MalformedMessageError
 
 FORMAT_VERSION = 1
 TOKEN_DTYPE = np.dtype("<u4")
@@ -25,15 +29,6 @@ H_SOURCE = "src"
 REQUIRED_HEADERS = (H_FORMAT, H_TOKENIZER, H_TOKENIZER_HASH, H_SEQ_LEN, H_BLOCKS, H_SOURCE)
 
 Headers = list[tuple[str, bytes]]
-
-
-class MalformedMessageError(ValueError):
-    def __init__(self, topic: str, partition: int, offset: int, problem: str):
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.problem = problem
-        super().__init__(f"malformed message at {topic}[{partition}]@{offset}: {problem}")
 
 
 @dataclass(frozen=True)

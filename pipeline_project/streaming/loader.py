@@ -13,7 +13,8 @@ Usage (the trainer's contract)::
 Behaviour worth knowing:
 
 * Partitions are assigned with `assign()` (see `assignment.py`); the rank reads them through
-  `num_workers` in-process consumers, interleaved deterministically (see `state.py`).
+  `num_workers` in-process consumers (`partition_reader.py`), and a prefetch thread assembles
+  their blocks into batches (`assembler.py`), interleaved deterministically (see `state.py`).
 * Bounded mode stops at the read_committed end offsets (last stable offsets) captured when the
   loader is built, or at `end_offsets`. Streaming mode keeps reading and stops after
   `idle_timeout_s` without new data.
@@ -27,33 +28,35 @@ Behaviour worth knowing:
   (for example all-reduce a "has batch" flag) — the loader does not pad.
 * Under DDP every rank saves its own `state_dict()`; `gather_state()` collects them all on
   every rank, and `load_state_dict()` accepts either this rank's state or that list.
+* Failures: an unreadable topic raises TopicMissingError (a ValueError) when the loader is built;
+  a bounded partition without data for `idle_timeout_s` before its end offset raises
+  ReadTimeoutError (a TimeoutError), and a malformed message its MalformedMessageError, from
+  `__next__` once the batches before it are delivered.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 import torch
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline_project.settings import DEFAULT_TOPIC, DistEnv
+from pipeline_project.streaming.assembler import BatchAssembler, End
 from pipeline_project.streaming.assignment import partitions_for_rank
-from pipeline_project.streaming.format import MalformedMessageError, decode_message
+from pipeline_project.streaming.errors import MalformedMessageError, StateError, TopicMissingError
 from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.partition_reader import PartitionReader
 from pipeline_project.streaming.state import (
     Cursor,
     Interleaver,
-    StateError,
     make_state,
     merge_states,
     parse_cursors,
@@ -65,23 +68,18 @@ log = logging.getLogger(__name__)
 __all__ = ["KafkaBlockLoader", "LoaderConfig", "MalformedMessageError", "StateError", "gather_state"]
 
 
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
-
-
 class LoaderConfig(BaseModel):
-    """Everything the loader needs; rank and world_size default to torchrun's RANK / WORLD_SIZE."""
+    """Everything the loader needs; rank and world_size default to torchrun's (`settings.DistEnv`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     config_version: Literal[1] = 1
     kafka: KafkaSettings
-    topic: str = "token-blocks"
+    topic: str = DEFAULT_TOPIC
     seq_len: int = Field(gt=0)
     batch_size: int = Field(gt=0)
-    rank: int = Field(default_factory=lambda: _env_int("RANK", 0), ge=0)
-    world_size: int = Field(default_factory=lambda: _env_int("WORLD_SIZE", 1), ge=1)
+    rank: int = Field(default_factory=lambda: DistEnv.from_env().rank, ge=0)
+    world_size: int = Field(default_factory=lambda: DistEnv.from_env().world_size, ge=1)
     num_workers: int = Field(default=1, ge=1)
     mode: Literal["bounded", "streaming"] = "bounded"
     idle_timeout_s: float = Field(default=10.0, gt=0)
@@ -108,124 +106,6 @@ class LoaderConfig(BaseModel):
         return self
 
 
-@dataclass
-class _Message:
-    offset: int
-    blocks: np.ndarray | None = None  # (n, seq_len) uint32; None for a position marker
-    error: BaseException | None = None
-
-
-class _Reader:
-    """One worker: its own consumer over its partitions, demultiplexed into per-partition queues."""
-
-    def __init__(self, loader: KafkaBlockLoader, worker: int, partitions: Sequence[int]):
-        self.loader = loader
-        self.worker = worker
-        self.partitions = tuple(partitions)
-        self.buffers: dict[int, deque[_Message]] = {p: deque() for p in self.partitions}
-        self.paused: set[int] = set()
-        self.ended: set[int] = set()  # bounded mode: reached the end offset, paused for good
-        self.consumer: Consumer | None = None
-
-    def open(self, cursors: Mapping[int, Cursor], live: set[int]) -> None:
-        cfg = self.loader.cfg
-        self.consumer = cfg.kafka.make_consumer(
-            overrides={"enable.partition.eof": True, "client.id": f"{cfg.kafka.client_id}.r{cfg.rank}w{self.worker}"}
-        )
-        self.consumer.assign([TopicPartition(cfg.topic, p, cursors[p].offset) for p in self.partitions if p in live])
-
-    def high_watermarks(self) -> dict[int, int]:
-        """Log end offsets as last seen by fetches (cached: no network round trip)."""
-        out = {}
-        if self.consumer is not None:
-            for p in self.partitions:
-                try:
-                    _, high = self.consumer.get_watermark_offsets(TopicPartition(self.loader.cfg.topic, p), cached=True)
-                except KafkaException:
-                    continue
-                if high is not None and high >= 0:
-                    out[p] = int(high)
-        return out
-
-    def close(self) -> None:
-        if self.consumer is not None:
-            self.loader._high.update(self.high_watermarks())
-            self.consumer.close()
-            self.consumer = None
-        for b in self.buffers.values():
-            b.clear()
-        self.paused.clear()
-        self.ended.clear()
-
-    def fill(self, timeout: float) -> int:
-        """One consume() call; returns how many entries were queued."""
-        cfg = self.loader.cfg
-        ends = self.loader._end_offsets
-        msgs = self.consumer.consume(num_messages=cfg.consume_messages, timeout=timeout)
-        for msg in msgs:
-            p = msg.partition()
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    # everything before msg.offset() is consumed or a transaction marker
-                    self.buffers[p].append(_Message(msg.offset()))
-                elif err.fatal() or not err.retriable():
-                    raise KafkaException(err)
-                else:
-                    log.warning("kafka consumer (worker %d): %s", self.worker, err.str())
-                continue
-            offset = msg.offset()
-            if ends is not None and offset >= ends[p]:
-                if p not in self.ended:
-                    self.buffers[p].append(_Message(ends[p]))
-                    self.ended.add(p)
-                    self._pause(p)
-                continue
-            try:
-                blocks = decode_message(
-                    msg.value(),
-                    msg.headers(),
-                    topic=cfg.topic,
-                    partition=p,
-                    offset=offset,
-                    expected_seq_len=cfg.seq_len,
-                    expected_tokenizer_hash=cfg.expected_tokenizer_hash,
-                )
-                self.buffers[p].append(_Message(offset, blocks))
-            except MalformedMessageError as exc:
-                self.buffers[p].append(_Message(offset, error=exc))
-            if len(self.buffers[p]) >= cfg.max_buffered_messages:
-                self._pause(p)
-        return len(msgs)
-
-    def _pause(self, p: int) -> None:
-        if p not in self.paused:
-            self.consumer.pause([TopicPartition(self.loader.cfg.topic, p)])
-            self.paused.add(p)
-
-    def drained(self, p: int) -> None:
-        """Resume a partition paused for a full buffer once half of it is delivered."""
-        if (
-            p in self.paused
-            and p not in self.ended
-            and len(self.buffers[p]) <= self.loader.cfg.max_buffered_messages // 2
-        ):
-            self.consumer.resume([TopicPartition(self.loader.cfg.topic, p)])
-            self.paused.discard(p)
-
-
-@dataclass
-class _Batch:
-    tensor: torch.Tensor
-    state: dict[str, Any]
-    trace: list[tuple[int, int, int]] | None
-
-
-@dataclass
-class _End:
-    state: dict[str, Any] | None  # position after trailing transaction markers, if no block was pending
-
-
 class KafkaBlockLoader:
     """Iterable of `torch.LongTensor [batch_size, seq_len]` read from a Kafka topic of token blocks."""
 
@@ -235,7 +115,7 @@ class KafkaBlockLoader:
         md = admin.list_topics(topic=cfg.topic, timeout=cfg.metadata_timeout_s).topics.get(cfg.topic)
         if md is None or md.error is not None or not md.partitions:
             problem = md.error.str() if md is not None and md.error is not None else "no partitions"
-            raise ValueError(f"topic {cfg.topic!r} is not readable: {problem}")
+            raise TopicMissingError(f"topic {cfg.topic!r} is not readable: {problem}")
         self.all_partitions = tuple(sorted(md.partitions))
         self.workers = partitions_for_rank(
             self.all_partitions, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers
@@ -258,8 +138,21 @@ class KafkaBlockLoader:
                 start[p] = int(off)
         self._start_cursors = {p: Cursor(start[p]) for p in self.partitions}
 
-        self._readers = [_Reader(self, w, ps) for w, ps in self.workers.items()]
-        self._reader_of = {p: r for r in self._readers for p in r.partitions}
+        self._readers = [
+            PartitionReader(
+                cfg.kafka,
+                cfg.topic,
+                ps,
+                worker=w,
+                client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{w}",
+                seq_len=cfg.seq_len,
+                expected_tokenizer_hash=cfg.expected_tokenizer_hash,
+                end_offsets=self._end_offsets,
+                consume_messages=cfg.consume_messages,
+                max_buffered_messages=cfg.max_buffered_messages,
+            )
+            for w, ps in self.workers.items()
+        ]
         self._interleaver = Interleaver(self.workers, seed=cfg.seed, rank=cfg.rank)
         self._cursors = dict(self._start_cursors)  # position after the last yielded batch
         self._current: int | None = None
@@ -268,6 +161,19 @@ class KafkaBlockLoader:
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue | None = None
         self._stop = threading.Event()
+        self._assembler = BatchAssembler(
+            self._readers,
+            topic=cfg.topic,
+            batch_size=cfg.batch_size,
+            seq_len=cfg.seq_len,
+            end_offsets=self._end_offsets,
+            idle_timeout_s=cfg.idle_timeout_s,
+            poll_timeout_s=cfg.poll_timeout_s,
+            trace=cfg.trace,
+            pin_memory=self.pin,
+            snapshot=self._snapshot,
+            stop=self._stop,
+        )
         self._finished = False
         self.trace: list[tuple[int, int, int]] = []
 
@@ -276,7 +182,6 @@ class KafkaBlockLoader:
         self._window_start = time.perf_counter()
         self.last_wait_s = 0.0
         self.blocks_delivered = 0
-        self._high: dict[int, int] = {}
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -296,7 +201,7 @@ class KafkaBlockLoader:
         self.last_wait_s = waited
         self._wait_total += waited
         self._wait_window += waited
-        if isinstance(item, _End):
+        if isinstance(item, End):
             if item.state is not None:
                 self._delivered_state = item.state
             self._finished = True
@@ -395,13 +300,12 @@ class KafkaBlockLoader:
 
     def _lag(self) -> dict[int, int]:
         """Log end (last fetched high watermark, else the start-time end offset) minus delivered position."""
-        for r in self._readers:
-            self._high.update(r.high_watermarks())
+        highs = {p: h for r in self._readers for p, h in r.high_watermarks().items()}
         cursors = self._delivered_state["partitions"]
         lag = {}
         for p in self.partitions:
             pos = int(cursors[str(p)]["offset"])
-            high = self._high.get(p, (self._end_offsets or {}).get(p, pos))
+            high = highs.get(p, (self._end_offsets or {}).get(p, pos))
             lag[p] = max(0, high - pos)
         return lag
 
@@ -415,7 +319,7 @@ class KafkaBlockLoader:
         self._queue = queue.Queue(maxsize=self.cfg.prefetch)
         live = self._live(self._cursors)
         for r in self._readers:
-            r.open(self._cursors, live)
+            r.open({p: self._cursors[p].offset for p in r.partitions if p in live})
         self._thread = threading.Thread(
             target=self._run, args=(dict(self._cursors), self._current, live), daemon=True, name="kafka-block-prefetch"
         )
@@ -455,113 +359,11 @@ class KafkaBlockLoader:
 
     def _run(self, cursors: dict[int, Cursor], current: int | None, live: set[int]) -> None:
         try:
-            self._assemble(cursors, current, live)
+            for item in self._assembler.run(self._interleaver, cursors, current, live):
+                if not self._put(item):
+                    return
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, raised by __next__
             self._put(exc)
-
-    def _assemble(self, cursors: dict[int, Cursor], current: int | None, live: set[int]) -> None:
-        cfg = self.cfg
-        B, L = cfg.batch_size, cfg.seq_len
-        streaming = self._end_offsets is None
-        il = self._interleaver
-        while not self._stop.is_set():
-            out = torch.empty((B, L), dtype=torch.int64, pin_memory=self.pin)
-            arr = out.numpy()
-            trace: list[tuple[int, int, int]] | None = [] if cfg.trace else None
-            fill = 0
-            while fill < B:
-                if self._stop.is_set():
-                    return
-                if current is None:
-                    if streaming:
-                        ready = self._wait_ready(live)
-                        if ready is None:
-                            self._put(self._end(fill, cursors, current))
-                            return
-                        current = il.next_partition(ready)
-                    else:
-                        current = il.next_partition(live)
-                        if current is None:
-                            self._put(self._end(fill, cursors, current))
-                            return
-                p = current
-                reader = self._reader_of[p]
-                buf = reader.buffers[p]
-                if not buf and not self._wait_for(reader, p):
-                    self._put(self._end(fill, cursors, current))  # streaming mode only: idle timeout
-                    return
-                head = buf[0]
-                if head.error is not None:
-                    raise head.error
-                c = cursors[p]
-                if head.blocks is None:  # position marker: end of partition / transaction markers
-                    buf.popleft()
-                    if head.offset > c.offset:
-                        cursors[p] = Cursor(head.offset)
-                    if self._end_offsets is not None and cursors[p].offset >= self._end_offsets[p]:
-                        live.discard(p)
-                        current = None
-                    elif streaming:
-                        current = None
-                    reader.drained(p)
-                    continue
-                if head.offset < c.offset:  # before the resume point (cannot happen after a seek)
-                    buf.popleft()
-                    continue
-                first = c.block if head.offset == c.offset else 0
-                n = head.blocks.shape[0]
-                take = min(n - first, B - fill)
-                arr[fill : fill + take] = head.blocks[first : first + take]
-                if trace is not None:
-                    trace.extend((p, head.offset, b) for b in range(first, first + take))
-                fill += take
-                if first + take == n:
-                    buf.popleft()
-                    cursors[p] = Cursor(head.offset + 1)
-                    current = None
-                    if self._end_offsets is not None and head.offset + 1 >= self._end_offsets[p]:
-                        live.discard(p)
-                    reader.drained(p)
-                else:
-                    cursors[p] = Cursor(head.offset, first + take)
-            if not self._put(_Batch(out, self._snapshot(cursors, current), trace)):
-                return
-
-    def _end(self, fill: int, cursors: Mapping[int, Cursor], current: int | None) -> _End:
-        # a dropped short batch keeps its blocks unconsumed: the state stays at the last batch
-        return _End(self._snapshot(cursors, current) if fill == 0 else None)
-
-    def _wait_for(self, reader: _Reader, p: int) -> bool:
-        """Fetch until partition p has an entry. Bounded: raise after idle_timeout_s; streaming: False."""
-        deadline = time.monotonic() + self.cfg.idle_timeout_s
-        buf = reader.buffers[p]
-        while not buf:
-            if self._stop.is_set():
-                return False
-            reader.fill(self.cfg.poll_timeout_s)
-            if buf:
-                return True
-            if time.monotonic() > deadline:
-                if self._end_offsets is None:
-                    return False
-                raise TimeoutError(
-                    f"{self.cfg.topic}[{p}]: no data for {self.cfg.idle_timeout_s:g}s before the end offset "
-                    f"{self._end_offsets[p]} captured at start (brokers down, or records deleted?)"
-                )
-        return True
-
-    def _wait_ready(self, live: set[int]) -> set[int] | None:
-        """Streaming: partitions with fetched entries; None after idle_timeout_s without any."""
-        deadline = time.monotonic() + self.cfg.idle_timeout_s
-        while not self._stop.is_set():
-            ready = {p for r in self._readers for p, b in r.buffers.items() if b and p in live}
-            if ready:
-                return ready
-            if time.monotonic() > deadline:
-                return None
-            for r in self._readers:
-                r.fill(self.cfg.poll_timeout_s / len(self._readers))
-        return None
 
 
 def _list_offsets(

@@ -12,35 +12,40 @@ before the ledger is read.
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-import queue
-import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import xxhash
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline_project.streaming.errors import LedgerConflictError
 from pipeline_project.streaming.format import encode_message, max_blocks_per_message
-from pipeline_project.streaming.kafka_client import (
-    DeliveryTracker,
-    KafkaSettings,
-    KafkaStats,
-    ensure_topic,
-    flush_or_raise,
-)
+from pipeline_project.streaming.kafka_client import DeliveryTracker, KafkaSettings, flush_or_raise
+from pipeline_project.streaming.kafka_stats import KafkaStats
+from pipeline_project.streaming.ledger import ProduceReport, ensure_ledger_topic, ledger_topic, read_ledger
 from pipeline_project.streaming.packing import BlockPacker
+from pipeline_project.streaming.prefetch import prefetch_batches
+from pipeline_project.streaming.verify import verify_produced
+
+# ProduceReport, read_ledger, ledger_topic and verify_produced live in `ledger` / `verify`; they are
+# re-exported here for callers that import the whole producer API from this module.
+__all__ = [
+    "LedgerConflictError",
+    "ProduceReport",
+    "ProducerConfig",
+    "ledger_topic",
+    "produce_blocks",
+    "read_ledger",
+    "tokenize_and_produce",
+    "transactional_id_for",
+    "verify_produced",
+]
 
 log = logging.getLogger(__name__)
-
-LEDGER_SUFFIX = ".ledger"
-LEDGER_SCHEMA = 1
 
 
 class ProducerConfig(BaseModel):
@@ -64,213 +69,8 @@ class TokenizerIdentity(Protocol):
     hash: str
 
 
-class LedgerConflictError(RuntimeError):
-    """The ledger already records different content for this key."""
-
-
-@dataclass
-class ProduceReport:
-    topic: str
-    ledger_key: str
-    content_hash: str
-    tokenizer_name: str
-    tokenizer_hash: str
-    seq_len: int
-    offsets: dict[int, tuple[int, int]]  # partition -> (first, last) offsets written, inclusive
-    messages: int
-    blocks: int
-    tokens: int
-    bytes: int
-    seconds: float  # the whole call: setup, reading/tokenizing the input, producing, commit
-    mb_per_s: float  # bytes / seconds
-    transactional_id: str
-    reused: bool = False
-    source: str = ""
-    stage_seconds: dict[str, float] = field(default_factory=dict)
-    kafka_stats: dict[str, float] = field(default_factory=dict)
-    packing: dict[str, int] = field(default_factory=dict)
-    produced_at: float = field(default_factory=time.time)
-
-    def to_ledger_json(self) -> bytes:
-        d = asdict(self)
-        d["offsets"] = {str(p): list(r) for p, r in self.offsets.items()}
-        d["schema"] = LEDGER_SCHEMA
-        d.pop("reused")
-        return json.dumps(d, sort_keys=True).encode()
-
-    @classmethod
-    def from_ledger_json(cls, raw: bytes) -> ProduceReport:
-        d = json.loads(raw)
-        d.pop("schema", None)
-        d["offsets"] = {int(p): (int(r[0]), int(r[1])) for p, r in d["offsets"].items()}
-        return cls(**d)
-
-    def offsets_markdown(self) -> str:
-        rows = [f"| {p} | {first} | {last} | {last - first + 1} |" for p, (first, last) in sorted(self.offsets.items())]
-        return "\n".join(["| partition | first offset | last offset | offsets |", "|---|---|---|---|", *rows])
-
-    def to_metadata(self) -> dict[str, Any]:
-        """Flat, JSON-friendly summary for asset metadata (the Dagster layer wraps the values)."""
-        return {
-            "topic": self.topic,
-            "ledger_key": self.ledger_key,
-            "reused": self.reused,
-            "blocks": self.blocks,
-            "tokens": self.tokens,
-            "messages": self.messages,
-            "bytes": self.bytes,
-            "seq_len": self.seq_len,
-            "tokenizer": self.tokenizer_name,
-            "tokenizer_hash": self.tokenizer_hash,
-            "content_hash": self.content_hash,
-            "seconds": round(self.seconds, 3),
-            "mb_per_s": round(self.mb_per_s, 2),
-            "offsets": {str(p): [first, last] for p, (first, last) in sorted(self.offsets.items())},
-            "offsets_table": self.offsets_markdown(),
-            "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
-            "kafka_stats": self.kafka_stats,
-            "packing": self.packing,
-        }
-
-    def fingerprint(self) -> tuple[str, str, int]:
-        return (self.content_hash, self.tokenizer_hash, self.seq_len)
-
-
-def ledger_topic(topic: str) -> str:
-    return topic + LEDGER_SUFFIX
-
-
 def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -> str:
     return f"{settings.client_id}.{topic}.{ledger_key}"
-
-
-def ensure_ledger_topic(admin: Any, topic: str, timeout_s: float = 30.0) -> None:
-    """Compacted 1-partition ledger, replicated like its data topic."""
-    md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
-    if md is None or md.error is not None or not md.partitions:
-        raise RuntimeError(f"data topic {topic!r} does not exist; create it with ensure_topic first")
-    rf = min(len(p.replicas) for p in md.partitions.values())
-    ensure_topic(
-        admin,
-        ledger_topic(topic),
-        partitions=1,
-        replication_factor=rf,
-        min_insync_replicas=min(2, rf),
-        config={"cleanup.policy": "compact"},
-        timeout_s=timeout_s,
-    )
-
-
-_TRANSIENT_CODES = {
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError._TRANSPORT,
-    KafkaError._ALL_BROKERS_DOWN,
-}
-
-
-def _transient(err: KafkaError) -> bool:
-    return err.retriable() or err.code() in _TRANSIENT_CODES
-
-
-def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[str, ProduceReport]:
-    """All committed ledger entries of `topic`, latest per key (tombstones remove a key)."""
-    name = ledger_topic(topic)
-    consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
-    try:
-        md = consumer.list_topics(topic=name, timeout=timeout_s).topics.get(name)
-        if md is None or md.error is not None:
-            return {}
-        parts = sorted(md.partitions)
-        consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in parts])
-        pending = set(parts)
-        entries: dict[str, ProduceReport] = {}
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"reading ledger {name} did not reach its end within {timeout_s:g}s")
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
-                        continue
-                    if _transient(err):
-                        continue  # librdkafka retries on its own; the deadline bounds the wait
-                    raise KafkaException(err)
-                key = (msg.key() or b"").decode()
-                if msg.value() is None:
-                    entries.pop(key, None)
-                else:
-                    entries[key] = ProduceReport.from_ledger_json(msg.value())
-        return entries
-    finally:
-        consumer.close()
-
-
-class ProducedDataMismatch(RuntimeError):
-    """The topic does not hold what a ProduceReport claims."""
-
-
-def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: float = 60.0) -> dict[str, Any]:
-    """Read back the report's offset ranges (read_committed) and check its messages and blocks are there.
-
-    Messages in the ranges are matched by their `src` header (other materializations may interleave
-    in the same partitions, so give each materialization its own source id), decoded with the report's seq_len and tokenizer hash, and counted.
-    Raises ProducedDataMismatch (or MalformedMessageError) on any difference.
-    """
-    from pipeline_project.streaming.format import decode_message, read_header
-
-    topic = report.topic
-    consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
-    per_partition: dict[int, int] = {}
-    messages = blocks = 0
-    try:
-        consumer.assign([TopicPartition(topic, p, first) for p, (first, _) in report.offsets.items()])
-        pending = dict(report.offsets)
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise ProducedDataMismatch(f"{topic}: ranges {pending} not fully readable within {timeout_s:g}s")
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
-                p = msg.partition()
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF and p in pending:
-                        raise ProducedDataMismatch(
-                            f"{topic}[{p}] ends at {msg.offset()} before the claimed last offset {pending[p][1]}"
-                        )
-                    if err.code() != KafkaError._PARTITION_EOF and not _transient(err):
-                        raise KafkaException(err)
-                    continue
-                if p not in pending or msg.offset() > pending[p][1]:
-                    continue
-                where = dict(topic=topic, partition=p, offset=msg.offset())
-                header = read_header(msg.headers(), **where)
-                if msg.offset() == pending[p][1]:
-                    del pending[p]
-                    consumer.incremental_unassign([TopicPartition(topic, p)])
-                if header.source != report.source:
-                    continue
-                arr = decode_message(
-                    msg.value(),
-                    msg.headers(),
-                    expected_seq_len=report.seq_len,
-                    expected_tokenizer_hash=report.tokenizer_hash,
-                    **where,
-                )
-                per_partition[p] = per_partition.get(p, 0) + 1
-                messages += 1
-                blocks += len(arr)
-    finally:
-        consumer.close()
-    if (messages, blocks) != (report.messages, report.blocks):
-        raise ProducedDataMismatch(
-            f"{topic}: read {messages} messages / {blocks} blocks in the claimed ranges, "
-            f"the report claims {report.messages} / {report.blocks}"
-        )
-    return {"messages": messages, "blocks": blocks, "messages_per_partition": per_partition}
 
 
 def _rechunk(blocks_iter: Iterable[np.ndarray], per_message: int) -> Iterator[np.ndarray]:
@@ -438,53 +238,6 @@ def _abort_quietly(producer: Any, txid: str) -> None:
 class _StageTimer:
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {"read": 0.0, "tokenize": 0.0, "pack": 0.0}
-
-
-def prefetch_batches(texts: Iterable[str], batch_docs: int, depth: int) -> Iterator[list[str]]:
-    """Batches of `batch_docs` texts, read ahead by a background thread (up to `depth` batches).
-
-    Reading (S3 I/O, decompression) then overlaps tokenization, whose Rust batch call releases
-    the GIL. An exception in the reader is re-raised here; closing the generator stops the reader.
-    """
-    if depth <= 0:
-        it = iter(texts)
-        while batch := list(itertools.islice(it, batch_docs)):
-            yield batch
-        return
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: tuple[str, Any]) -> None:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def reader() -> None:
-        try:
-            it = iter(texts)
-            while not stop.is_set() and (batch := list(itertools.islice(it, batch_docs))):
-                put(("batch", batch))
-            put(("end", None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the consuming thread
-            put(("error", exc))
-
-    thread = threading.Thread(target=reader, name="text-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, payload = q.get()
-            if kind == "batch":
-                yield payload
-            elif kind == "error":
-                raise payload
-            else:
-                return
-    finally:
-        stop.set()
-        thread.join(timeout=5)
 
 
 def _timed_blocks(

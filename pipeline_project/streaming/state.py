@@ -24,11 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline_project.streaming.errors import StateError
+
 STATE_FORMAT_VERSION = 1
-
-
-class StateError(ValueError):
-    """A loader state that does not fit this loader (other topic, unknown version, ...)."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_senso
 
 def _produced(instance, tokens: int, reused: bool = False):
     instance.report_runless_asset_event(
-        dg.AssetMaterialization("kafka_topic", partition=None, metadata={"tokens": tokens, "reused_existing": reused})
+        dg.AssetMaterialization("token_blocks", partition=None, metadata={"tokens": tokens, "reused_existing": reused})
     )
 
 

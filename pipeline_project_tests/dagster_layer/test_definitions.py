@@ -7,22 +7,22 @@ def test_definitions_load_with_the_four_assets_checks_and_sensors():
     from pipeline_project.definitions import defs
 
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert keys == {"raw_text", "cleaned_shards", "kafka_topic", "deepseek_checkpoint"}
+    assert keys == {"raw_text", "cleaned_shards", "token_blocks", "deepseek_checkpoint"}
     graph = defs.resolve_asset_graph()
-    assert graph.get(dg.AssetKey("deepseek_checkpoint")).parent_keys == {dg.AssetKey("kafka_topic")}
-    assert graph.get(dg.AssetKey("kafka_topic")).parent_keys == {dg.AssetKey("cleaned_shards")}
+    assert graph.get(dg.AssetKey("deepseek_checkpoint")).parent_keys == {dg.AssetKey("token_blocks")}
+    assert graph.get(dg.AssetKey("token_blocks")).parent_keys == {dg.AssetKey("cleaned_shards")}
     specs = [graph.get_check_spec(k) for k in graph.asset_check_keys]
     checks = {c.name for c in specs}
     assert {
         "cleaned_counts_add_up",
         "cleaned_shards_readable",
-        "topic_holds_claimed_offsets",
+        "topic_holds_claimed_blocks",
         "loss_is_finite",
         "checkpoint_reloads",
         "raw_objects_unchanged",
     } <= checks
     blocking = {c.name for c in specs if c.blocking}
-    assert "checkpoint_reloads" in blocking
+    assert {"checkpoint_reloads", "topic_holds_claimed_blocks", "cleaned_counts_add_up"} <= blocking
     assert {s.name for s in defs.sensors} == {"raw_s3_sensor", "checkpoint_trigger_sensor"}
 
 

@@ -5,10 +5,11 @@ import json
 import dagster as dg
 import pytest
 
+from pipeline_project.assets import cleaned, raw, token_blocks
 from pipeline_project.assets.cleaned import cleaned_shards
 from pipeline_project.assets.partitions import batches
 from pipeline_project.assets.raw import raw_text
-from pipeline_project.assets.topic import kafka_topic
+from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
 from pipeline_project.definitions import defs
 from pipeline_project.demo.sample_corpus import generate
 from pipeline_project.ingest import read_manifest
@@ -59,14 +60,8 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(insta
     batch = tick.run_requests[0].partition_key
     instance.add_dynamic_partitions(batches.name, [batch])
 
-    assets = [raw_text, cleaned_shards, kafka_topic]
-    checks = dg.load_asset_checks_from_modules(
-        [
-            __import__("pipeline_project.assets.raw", fromlist=["x"]),
-            __import__("pipeline_project.assets.cleaned", fromlist=["x"]),
-            __import__("pipeline_project.assets.topic", fromlist=["x"]),
-        ]
-    )
+    assets = [raw_text, cleaned_shards, token_blocks_asset]
+    checks = dg.load_asset_checks_from_modules([raw, cleaned, token_blocks])
     result = dg.materialize([*assets, *checks], resources=resources, partition_key=batch, instance=instance)
     assert result.success
     mats = [e.materialization for e in result.get_asset_materialization_events()]
@@ -75,7 +70,7 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(insta
     assert c["documents_in"] == c["kept"] + c["dropped"] + c["quarantined"]
     assert c["kept"] > 0 and c["dropped"] > 0 and c["quarantined"] > 0  # the sample has dupes, junk and bad lines
     assert meta["raw_text"]["documents"] + meta["raw_text"]["quarantined"] == c["documents_in"]
-    k = meta["kafka_topic"]
+    k = meta["token_blocks"]
     assert k["blocks"] > 0 and k["tokens"] == k["blocks"] * layout.seq_len
     assert k["reused_existing"] is False
     assert len(k["offset_ranges"]) > 1, "a batch spreads over several Kafka partitions"
@@ -85,7 +80,7 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(insta
     excluded = s3.get_object(Bucket=layout.bucket, Key=c["exclusions"].replace(f"s3://{layout.bucket}/", ""))
     assert excluded["ContentLength"] > 0
 
-    again = dg.materialize([kafka_topic], resources=resources, partition_key=batch, instance=instance)
+    again = dg.materialize([token_blocks_asset], resources=resources, partition_key=batch, instance=instance)
     k2 = {
         k_: getattr(v, "value", v)
         for k_, v in again.get_asset_materialization_events()[0].materialization.metadata.items()

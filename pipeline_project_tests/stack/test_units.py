@@ -10,6 +10,8 @@ import psutil
 import pytest
 
 from pipeline_project.stack import Stack, StackConfig, StackError, parse_services
+from pipeline_project.stack.class_data_sharing import ClassDataSharing
+from pipeline_project.stack.dagster import DagsterService
 from pipeline_project.stack.kafka import KafkaService, kafka_uuid
 from pipeline_project.stack.processes import ManagedProcess, _same_command
 
@@ -56,6 +58,17 @@ def test_ports_come_from_the_environment(tmp_path, monkeypatch):
     assert config.settings().s3_endpoint == "http://127.0.0.1:31000"
 
 
+def test_a_malformed_port_variable_is_a_one_line_stack_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_KAFKA_PORTS", "31001,x")
+    with pytest.raises(StackError, match=r"^PIPELINE_KAFKA_PORTS='31001,x' is not a comma-separated list of ports$"):
+        StackConfig(state_dir=tmp_path)
+
+
+def test_state_dir_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "elsewhere"))
+    assert StackConfig().state_dir == (tmp_path / "elsewhere").resolve()
+
+
 def test_settings_of_a_stack_point_at_its_ports(tmp_path):
     stack = Stack(state_dir=tmp_path, s3_port=31500, mlflow_port=31600)
     settings = stack.settings()
@@ -87,3 +100,45 @@ def test_a_pid_file_naming_a_foreign_process_is_never_killed(tmp_path):
 def test_logs_of_an_unknown_process_is_a_clear_error(tmp_path):
     with pytest.raises(StackError, match="no stack process named 'kafka-9'"):
         Stack(state_dir=tmp_path).logs("kafka-9")
+
+
+def test_class_data_sharing_dumps_on_the_last_broker_until_an_archive_exists(tmp_path):
+    cds = ClassDataSharing(
+        archive=tmp_path / "jars" / "kafka-classes.jsa", dump=tmp_path / "state" / "classes.jsa.dump"
+    )
+    assert cds.jvm_opts(dumps=False) == ()
+    assert cds.jvm_opts(dumps=True)[0] == f"-XX:ArchiveClassesAtExit={cds.dump}"
+
+    cds.archive.parent.mkdir()
+    cds.dump.parent.mkdir()
+    cds.dump.write_bytes(b"")
+    cds.publish()
+    assert not cds.archive.exists(), "an empty dump (a JVM killed before exit) is never published"
+
+    cds.dump.write_bytes(b"classes")
+    cds.publish()
+    assert cds.archive.read_bytes() == b"classes" and not cds.dump.exists()
+    assert list(cds.archive.parent.iterdir()) == [cds.archive], "no staging file is left behind"
+    for dumps in (False, True):
+        assert cds.jvm_opts(dumps=dumps)[:2] == ("-Xshare:auto", f"-XX:SharedArchiveFile={cds.archive}")
+
+    cds.dump.write_bytes(b"newer")
+    cds.publish()
+    assert cds.archive.read_bytes() == b"classes" and not cds.dump.exists(), "the published archive is kept"
+
+
+def test_kafka_brokers_share_one_archive_and_only_the_last_dumps(tmp_path):
+    kafka = KafkaService(StackConfig(state_dir=tmp_path))
+    cds = kafka.class_data_sharing
+    assert cds.dump.parent == kafka.dir and kafka.cds_archive == cds.archive
+    dumping = [mp.name for mp in kafka.processes() if any(a.startswith("-XX:ArchiveClassesAtExit") for a in mp.cmd)]
+    assert dumping == ([] if cds.archive.exists() else ["kafka-3"])
+
+
+def test_dagster_prepare_writes_only_under_the_state_dir(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "pipeline_project").mkdir(parents=True)
+    service = DagsterService(StackConfig(state_dir=tmp_path / "state", repo_root=repo))
+    service.prepare()
+    assert (service.home / "dagster.yaml").is_file()
+    assert list(repo.rglob("*")) == [repo / "pipeline_project"], "the source tree is never written"

@@ -3,13 +3,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from pipeline_project.streaming.kafka_client import (
-    DeliveryError,
-    DeliveryTracker,
-    KafkaSettings,
-    KafkaStats,
-    KafkaUnavailableError,
-)
+from pipeline_project.streaming.errors import DeliveryError, KafkaUnavailableError
+from pipeline_project.streaming.kafka_client import DeliveryTracker, KafkaSettings
+from pipeline_project.streaming.kafka_stats import KafkaStats
 
 
 def test_producer_config_has_throughput_and_safety_defaults():

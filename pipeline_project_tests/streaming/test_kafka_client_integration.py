@@ -3,14 +3,10 @@ import os
 import pytest
 from confluent_kafka.admin import ConfigResource
 
-from pipeline_project.streaming.kafka_client import (
-    DeliveryError,
-    DeliveryTracker,
-    KafkaStats,
-    TopicLayoutMismatch,
-    ensure_topic,
-    flush_or_raise,
-)
+from pipeline_project.streaming.errors import DeliveryError, TopicLayoutMismatchError
+from pipeline_project.streaming.kafka_client import DeliveryTracker, flush_or_raise
+from pipeline_project.streaming.kafka_stats import KafkaStats
+from pipeline_project.streaming.topics import ensure_topic
 
 from .kafka_helpers import consume_all, kafka_settings, unique_topic
 
@@ -43,7 +39,7 @@ def test_ensure_topic_mismatch_is_a_one_line_error(stack):
     admin = kafka_settings(stack).make_admin()
     name = unique_topic("mismatch")
     ensure_topic(admin, name, partitions=4)
-    with pytest.raises(TopicLayoutMismatch) as ei:
+    with pytest.raises(TopicLayoutMismatchError) as ei:
         ensure_topic(admin, name, partitions=8, min_insync_replicas=1, config={"cleanup.policy": "compact"})
     msg = str(ei.value)
     assert "\n" not in msg

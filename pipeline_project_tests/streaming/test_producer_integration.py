@@ -6,20 +6,14 @@ import numpy as np
 import pytest
 import xxhash
 
+from pipeline_project.streaming.errors import DeliveryError, LedgerConflictError, ProducedDataMismatchError
 from pipeline_project.streaming.format import decode_message, read_header
-from pipeline_project.streaming.kafka_client import ensure_topic
+from pipeline_project.streaming.ledger import ledger_topic, read_ledger
 from pipeline_project.streaming.packing import BlockPacker
-from pipeline_project.streaming.producer import (
-    LedgerConflictError,
-    ProducedDataMismatch,
-    ProducerConfig,
-    ledger_topic,
-    produce_blocks,
-    read_ledger,
-    tokenize_and_produce,
-    verify_produced,
-)
+from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, tokenize_and_produce
 from pipeline_project.streaming.tokenizer import load_tokenizer
+from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.verify import verify_produced
 
 from .kafka_helpers import consume_all, kafka_settings, unique_topic
 
@@ -240,8 +234,6 @@ def test_delivery_failure_inside_transaction_raises_and_aborts(stack):
     s = kafka_settings(stack)
     topic = unique_topic("reject")
     ensure_topic(s.make_admin(), topic, config={"max.message.bytes": 4096})
-    from pipeline_project.streaming.kafka_client import DeliveryError
-
     with pytest.raises(DeliveryError) as ei:
         produce_blocks(
             s,
@@ -278,11 +270,11 @@ def test_verify_produced_detects_claims_the_topic_does_not_hold(topic_and_settin
     assert verify_produced(s, other)["blocks"] == 16
     from dataclasses import replace
 
-    with pytest.raises(ProducedDataMismatch, match="claims 5 / 17"):
+    with pytest.raises(ProducedDataMismatchError, match="claims 5 / 17"):
         verify_produced(s, replace(mine, messages=5, blocks=17))
     p, (first, last) = next(iter(mine.offsets.items()))
     beyond = replace(mine, offsets={**mine.offsets, p: (first, last + 1000)})
-    with pytest.raises(ProducedDataMismatch, match="before the claimed last offset"):
+    with pytest.raises(ProducedDataMismatchError, match="before the claimed last offset"):
         verify_produced(s, beyond, timeout_s=20)
 
 

@@ -2,14 +2,9 @@ import numpy as np
 import pytest
 
 from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.producer import (
-    ProducerConfig,
-    ProduceReport,
-    _rechunk,
-    ledger_topic,
-    prefetch_batches,
-    transactional_id_for,
-)
+from pipeline_project.streaming.ledger import ProduceReport, ledger_topic
+from pipeline_project.streaming.prefetch import prefetch_batches
+from pipeline_project.streaming.producer import ProducerConfig, _rechunk, transactional_id_for
 
 
 def _arr(start, n, seq_len=3):

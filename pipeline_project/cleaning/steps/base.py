@@ -74,9 +74,9 @@ def doc_lang(doc: Document) -> str:
 def doc_words(doc: Document) -> list[str]:
     """Words of the current text, computed once per text and language and shared by the filters."""
     lang = doc_lang(doc)
-    cached = doc.__dict__.get("_words")
+    cached = doc.state.words
     if cached is not None and cached[0] is doc.text and cached[1] == lang:
         return cached[2]
     words = split_words(doc.text, lang)
-    doc.__dict__["_words"] = (doc.text, lang, words)
+    doc.state.words = (doc.text, lang, words)
     return words

@@ -11,9 +11,6 @@ from pipeline_project.cleaning.records import Document, Dropped
 from pipeline_project.cleaning.steps.base import RunContext, Step, StepStats, doc_lang
 from pipeline_project.cleaning.text import CJK_LANGS, normalize_for_exact, simplify
 
-EXACT_KEY = "_exact_key"
-MINHASH_KEY = "_minhash"  # (signature uint32[num_perm], band keys uint64[num_bands])
-
 
 def exact_key(text: str) -> int:
     return xxhash.xxh3_64_intdigest(normalize_for_exact(text).encode("utf-8"))
@@ -34,7 +31,7 @@ class ExactDedup(Step):
                 reason = f"exact_duplicate_of:{ctx.batch_id}/{seen[key]}"
             else:
                 seen[key] = doc.id
-                doc.__dict__[EXACT_KEY] = key
+                doc.state.exact_key = key
                 kept.append(doc)
                 continue
             stats.reasons["exact_duplicate"] += 1
@@ -143,7 +140,7 @@ class MinHashDedup(Step):
             result = self.hasher.signature(doc.text, doc_lang(doc))
             if result is not None:
                 sigs[i], bands[i] = result
-                doc.__dict__[MINHASH_KEY] = result
+                doc.state.minhash = result
         has_sig = np.array([s is not None for s in sigs], dtype=bool)
         stats.notes["no_shingles"] = int((~has_sig).sum())
 

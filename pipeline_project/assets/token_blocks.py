@@ -1,0 +1,129 @@
+"""`token_blocks`: the cleaned batch as DeepSeek token blocks in the Kafka topic, produced in one transaction."""
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from pipeline_project.assets.cleaned import cleaned_shards
+from pipeline_project.assets.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
+from pipeline_project.resources.kafka import KafkaResource
+from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.resources.mlflow import MlflowResource
+
+
+def offset_ranges_table(ranges: dict) -> str:
+    rows = ["| partition | first offset | last offset |", "|---:|---:|---:|"]
+    rows += [f"| {p} | {r[0]} | {r[1]} |" for p, r in sorted(ranges.items(), key=lambda kv: int(kv[0]))]
+    return "\n".join(rows)
+
+
+@dg.asset(
+    partitions_def=batches,
+    deps=[cleaned_shards],
+    group_name="ingest",
+    kinds={"kafka"},
+    retry_policy=NETWORK_RETRY,
+    automation_condition=dg.AutomationCondition.eager(),
+    description="Token blocks (little-endian uint32, seq_len tokens each, EOS between documents) in the Kafka "
+    "topic, produced transactionally. A ledger record in `<topic>.ledger`, committed in the same transaction, "
+    "makes re-materialization produce nothing twice.",
+)
+def token_blocks(
+    context: dg.AssetExecutionContext,
+    s3: S3Resource,
+    layout: PipelineLayout,
+    kafka: KafkaResource,
+    mlflow: MlflowResource,
+) -> dg.MaterializeResult:
+    from pipeline_project.cleaning import iter_shard_texts, read_shard_manifest
+
+    batch_id = context.partition_key
+    client = s3.get_client()
+    manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir(batch_id))
+    kafka.ensure_topic(
+        layout.topic,
+        partitions=layout.topic_partitions,
+        replication_factor=layout.replication_factor,
+        min_insync_replicas=layout.min_insync_replicas,
+    )
+    cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
+    report = kafka.produce_token_blocks(
+        layout.topic,
+        iter_shard_texts(client, layout.bucket, manifest),
+        seq_len=layout.seq_len,
+        source=batch_id,
+        ledger_key=batch_id,
+        content_hash=cleaned_meta.get("manifest_sha256") or manifest.config_hash,
+        max_message_bytes=layout.message_bytes,
+    )
+    ranges = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
+    stage = {f"seconds_{k}": round(float(v), 4) for k, v in (report.stage_seconds or {}).items()}
+    mlflow_url = None
+    if not report.reused:
+        kafka_metrics = {f"kafka_{k}": v for k, v in (report.kafka_stats or {}).items() if isinstance(v, (int, float))}
+        mlflow_url = mlflow.log_ingest_run(
+            run_name=f"produce-{batch_id}",
+            tags={"dagster.run_id": context.run.run_id, "batch": batch_id, "topic": layout.topic},
+            params={
+                "seq_len": layout.seq_len,
+                "partitions": layout.topic_partitions,
+                "tokenizer": report.tokenizer_name,
+            },
+            metrics={
+                "blocks": report.blocks,
+                "tokens": report.tokens,
+                "bytes": report.bytes,
+                "produce_mb_per_s": report.mb_per_s,
+                **stage,
+                **kafka_metrics,
+            },
+        )
+    context.log.info(f"batch {batch_id}: {report.blocks} blocks, {report.tokens} tokens, reused={report.reused}")
+    metadata = {
+        "topic": layout.topic,
+        "blocks": report.blocks,
+        "messages": report.messages,
+        "tokens": report.tokens,
+        "bytes": report.bytes,
+        "offset_ranges": ranges,
+        "offset_ranges_table": dg.MetadataValue.md(offset_ranges_table(ranges)),
+        "produce_mb_per_s": round(float(report.mb_per_s), 3),
+        "reused_existing": bool(report.reused),
+        "tokenizer": report.tokenizer_name,
+        "tokenizer_hash": report.tokenizer_hash,
+        "seq_len": layout.seq_len,
+        **stage,
+    }
+    if mlflow_url:
+        metadata["mlflow_run"] = dg.MetadataValue.url(mlflow_url)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset_check(
+    asset=token_blocks,
+    partitions_def=batches,
+    blocking=True,
+    description="The ledger records this batch at the offsets the asset claims, and reading those offsets back "
+    "(read_committed) finds exactly its messages and blocks, decodable with its seq_len and tokenizer.",
+)
+def topic_holds_claimed_blocks(
+    context: dg.AssetCheckExecutionContext, kafka: KafkaResource, layout: PipelineLayout
+) -> dg.AssetCheckResult:
+    meta = latest_materialization_metadata(context.instance, token_blocks.key, context.partition_key)
+    claimed = meta.get("offset_ranges") or {}
+    report = kafka.ledger_entry(layout.topic, context.partition_key)
+    if report is None:
+        return dg.AssetCheckResult(passed=False, metadata={"problem": "no ledger entry for this batch"})
+    recorded = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
+    if recorded != claimed or report.blocks != meta.get("blocks"):
+        problem = (
+            f"ledger records {report.blocks} blocks at {recorded}, the asset claims {meta.get('blocks')} at {claimed}"
+        )
+        return dg.AssetCheckResult(passed=False, metadata={"problem": problem})
+    try:
+        found = kafka.verify_blocks(report)
+    except Exception as exc:  # noqa: BLE001 - any failure to read the claimed blocks back fails the check
+        return dg.AssetCheckResult(passed=False, metadata={"problem": f"{type(exc).__name__}: {exc}"})
+    return dg.AssetCheckResult(
+        passed=True,
+        metadata={"partitions": len(recorded), "messages": found["messages"], "blocks": found["blocks"]},
+    )

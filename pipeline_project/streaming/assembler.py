@@ -1,0 +1,182 @@
+"""Partition buffers -> fixed-size int64 batches, in the deterministic interleave order of `state.py`.
+
+`BatchAssembler.run` is a generator that the loader drives from its prefetch thread. It pulls
+entries from the readers' buffers (`partition_reader.py`), fetching more when a buffer is empty,
+and yields:
+
+* `Batch`: exactly `batch_size` rows of `seq_len` tokens, with the loader state right after it;
+* `End`, last: the data ran out. A short tail is never yielded; its blocks stay unconsumed, so
+  `End.state` is None then (the position stays at the last batch). Without a pending block it
+  holds the position after trailing transaction markers.
+
+Bounded mode (end offsets given) follows the interleave over the live partitions regardless of
+fetch timing, and raises ReadTimeoutError when a partition yields nothing for `idle_timeout_s`
+before its end offset. Streaming mode draws the next partition among those with data fetched,
+and ends after `idle_timeout_s` without data. The generator returns without yielding once
+`stop` is set; a malformed message raises its MalformedMessageError when it is reached.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pipeline_project.streaming.errors import ReadTimeoutError
+from pipeline_project.streaming.partition_reader import PartitionReader
+from pipeline_project.streaming.state import Cursor, Interleaver
+
+Snapshot = Callable[[Mapping[int, Cursor], int | None], dict[str, Any]]
+
+
+@dataclass
+class Batch:
+    tensor: torch.Tensor
+    state: dict[str, Any]
+    trace: list[tuple[int, int, int]] | None
+
+
+@dataclass
+class End:
+    state: dict[str, Any] | None  # position after trailing transaction markers, if no block was pending
+
+
+class BatchAssembler:
+    """Builds batches from `readers`' buffers; `snapshot(cursors, current)` makes the loader state."""
+
+    def __init__(
+        self,
+        readers: Sequence[PartitionReader],
+        *,
+        topic: str,
+        batch_size: int,
+        seq_len: int,
+        end_offsets: Mapping[int, int] | None,
+        idle_timeout_s: float,
+        poll_timeout_s: float,
+        trace: bool,
+        pin_memory: bool,
+        snapshot: Snapshot,
+        stop: threading.Event,
+    ):
+        self.readers = tuple(readers)
+        self.reader_of = {p: r for r in self.readers for p in r.partitions}
+        self.topic = topic
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+        self.end_offsets = dict(end_offsets) if end_offsets is not None else None  # None: streaming mode
+        self.idle_timeout_s = idle_timeout_s
+        self.poll_timeout_s = poll_timeout_s
+        self.trace = trace
+        self.pin_memory = pin_memory
+        self.snapshot = snapshot
+        self.stop = stop
+
+    def run(
+        self, il: Interleaver, cursors: dict[int, Cursor], current: int | None, live: set[int]
+    ) -> Iterator[Batch | End]:
+        """Batches from position (`cursors`, `current`) over the `live` partitions; updates both in place."""
+        B, L = self.batch_size, self.seq_len
+        ends = self.end_offsets
+        streaming = ends is None
+        while not self.stop.is_set():
+            out = torch.empty((B, L), dtype=torch.int64, pin_memory=self.pin_memory)
+            arr = out.numpy()
+            trace: list[tuple[int, int, int]] | None = [] if self.trace else None
+            fill = 0
+            while fill < B:
+                if self.stop.is_set():
+                    return
+                if current is None:
+                    if streaming:
+                        ready = self._wait_ready(live)
+                        if ready is None:
+                            yield self._end(fill, cursors, current)
+                            return
+                        current = il.next_partition(ready)
+                    else:
+                        current = il.next_partition(live)
+                        if current is None:
+                            yield self._end(fill, cursors, current)
+                            return
+                p = current
+                reader = self.reader_of[p]
+                buf = reader.buffers[p]
+                if not buf and not self._wait_for(reader, p):
+                    yield self._end(fill, cursors, current)  # streaming mode only: idle timeout
+                    return
+                head = buf[0]
+                if head.error is not None:
+                    raise head.error
+                c = cursors[p]
+                if head.blocks is None:  # position marker: end of partition / transaction markers
+                    buf.popleft()
+                    if head.offset > c.offset:
+                        cursors[p] = Cursor(head.offset)
+                    if ends is not None and cursors[p].offset >= ends[p]:
+                        live.discard(p)
+                        current = None
+                    elif streaming:
+                        current = None
+                    reader.drained(p)
+                    continue
+                if head.offset < c.offset:  # before the resume point (cannot happen after a seek)
+                    buf.popleft()
+                    continue
+                first = c.block if head.offset == c.offset else 0
+                n = head.blocks.shape[0]
+                take = min(n - first, B - fill)
+                arr[fill : fill + take] = head.blocks[first : first + take]
+                if trace is not None:
+                    trace.extend((p, head.offset, b) for b in range(first, first + take))
+                fill += take
+                if first + take == n:
+                    buf.popleft()
+                    cursors[p] = Cursor(head.offset + 1)
+                    current = None
+                    if ends is not None and head.offset + 1 >= ends[p]:
+                        live.discard(p)
+                    reader.drained(p)
+                else:
+                    cursors[p] = Cursor(head.offset, first + take)
+            yield Batch(out, self.snapshot(cursors, current), trace)
+
+    def _end(self, fill: int, cursors: Mapping[int, Cursor], current: int | None) -> End:
+        # a dropped short batch keeps its blocks unconsumed: the state stays at the last batch
+        return End(self.snapshot(cursors, current) if fill == 0 else None)
+
+    def _wait_for(self, reader: PartitionReader, p: int) -> bool:
+        """Fetch until partition p has an entry. Bounded: raise after idle_timeout_s; streaming: False."""
+        deadline = time.monotonic() + self.idle_timeout_s
+        buf = reader.buffers[p]
+        while not buf:
+            if self.stop.is_set():
+                return False
+            reader.fill(self.poll_timeout_s)
+            if buf:
+                return True
+            if time.monotonic() > deadline:
+                if self.end_offsets is None:
+                    return False
+                raise ReadTimeoutError(
+                    f"{self.topic}[{p}]: no data for {self.idle_timeout_s:g}s before the end offset "
+                    f"{self.end_offsets[p]} captured at start (brokers down, or records deleted?)"
+                )
+        return True
+
+    def _wait_ready(self, live: set[int]) -> set[int] | None:
+        """Streaming: partitions with fetched entries; None after idle_timeout_s without any."""
+        deadline = time.monotonic() + self.idle_timeout_s
+        while not self.stop.is_set():
+            ready = {p for r in self.readers for p, b in r.buffers.items() if b and p in live}
+            if ready:
+                return ready
+            if time.monotonic() > deadline:
+                return None
+            for r in self.readers:
+                r.fill(self.poll_timeout_s / len(self.readers))
+        return None

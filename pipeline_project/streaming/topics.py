@@ -1,0 +1,125 @@
+"""Topic layout: create a topic with a given layout, or verify that an existing one has it.
+
+`ensure_topic` returns once every partition has a leader and, for a topic it created, every
+leader serves it, so clients may read and write right away. Failures raise `TopicError`; an
+existing topic with another layout raises `TopicLayoutMismatchError` naming every difference.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
+
+from pipeline_project.streaming.errors import TopicError, TopicLayoutMismatchError, kafka_error_text
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """What `ensure_topic` found (or made): the topic's layout, and whether this call created it."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    config: dict[str, str]
+    created: bool
+
+
+def ensure_topic(
+    admin: AdminClient,
+    name: str,
+    partitions: int = 8,
+    replication_factor: int = 3,
+    min_insync_replicas: int = 2,
+    config: dict[str, Any] | None = None,
+    timeout_s: float = 30.0,
+) -> TopicLayout:
+    """Create `name` with this layout, or verify that the existing topic has it.
+
+    A mismatch in partitions, replication factor, min.insync.replicas or any given config value
+    raises TopicLayoutMismatchError listing expected vs actual.
+    """
+    wanted = {"min.insync.replicas": str(min_insync_replicas), **{k: str(v) for k, v in (config or {}).items()}}
+    created = False
+    new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=wanted)
+    future = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)[name]
+    try:
+        future.result(timeout=timeout_s)
+        created = True
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            raise TopicError(f"creating topic {name!r} failed: {kafka_error_text(exc)}") from None
+
+    actual_partitions, actual_rf = _wait_for_leaders(admin, name, timeout_s)
+    if created:
+        _wait_for_offsets(admin, name, actual_partitions, timeout_s)
+    actual_cfg = _describe_topic_config(admin, name, timeout_s)
+
+    diffs = []
+    if actual_partitions != partitions:
+        diffs.append(f"partitions expected {partitions}, actual {actual_partitions}")
+    if actual_rf != replication_factor:
+        diffs.append(f"replication_factor expected {replication_factor}, actual {actual_rf}")
+    for key, value in wanted.items():
+        if actual_cfg.get(key) != value:
+            diffs.append(f"{key} expected {value}, actual {actual_cfg.get(key)}")
+    if diffs:
+        raise TopicLayoutMismatchError(f"topic {name!r} exists with a different layout: " + "; ".join(diffs))
+    return TopicLayout(name, actual_partitions, actual_rf, {k: actual_cfg[k] for k in wanted}, created)
+
+
+def _wait_for_leaders(admin: AdminClient, name: str, timeout_s: float) -> tuple[int, int]:
+    """Wait until metadata shows every partition with a leader; return (partitions, replication factor)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+        ready = (
+            md is not None and md.error is None and md.partitions and all(p.leader >= 0 for p in md.partitions.values())
+        )
+        if ready:
+            rf = min(len(p.replicas) for p in md.partitions.values())
+            return len(md.partitions), rf
+        if time.monotonic() > deadline:
+            err = md.error.str() if md is not None and md.error is not None else "no leaders"
+            raise TopicError(f"topic {name!r} not ready within {timeout_s:g}s: {err}")
+        time.sleep(0.2)
+
+
+def _wait_for_offsets(admin: AdminClient, name: str, partitions: int, timeout_s: float) -> None:
+    """Wait until every partition leader answers ListOffsets: metadata can name a leader a moment
+    before that broker serves the new partition, and clients reading right away would fail."""
+    deadline = time.monotonic() + timeout_s
+    pending = {TopicPartition(name, p) for p in range(partitions)}
+    while pending:
+        futures = admin.list_offsets({tp: OffsetSpec.earliest() for tp in pending}, request_timeout=timeout_s)
+        for tp, fut in futures.items():
+            try:
+                fut.result(timeout=timeout_s)
+                pending.discard(tp)
+            except KafkaException as exc:
+                if time.monotonic() > deadline:
+                    raise TopicError(
+                        f"topic {name!r} partitions not serving within {timeout_s:g}s: {kafka_error_text(exc)}"
+                    ) from None
+        if pending:
+            time.sleep(0.2)
+
+
+def _describe_topic_config(admin: AdminClient, name: str, timeout_s: float) -> dict[str, str]:
+    """Topic configs; retried while a just-created topic has not reached every broker's metadata."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+            return {k: e.value for k, e in entries.items()}
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not retriable or time.monotonic() > deadline:
+                raise TopicError(f"describing topic {name!r} failed: {kafka_error_text(exc)}") from None
+            time.sleep(0.2)

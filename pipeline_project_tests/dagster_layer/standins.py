@@ -1,0 +1,179 @@
+"""In-process stand-ins for the Dagster layer's resources (the `project_fully_featured` pattern).
+
+They let a test materialize the real assets in seconds. The real-stack tests beside this module stay the
+proof that the assets work against S3, Kafka and MLflow; these only make asset logic quick to change.
+
+Each stand-in keeps its state in a module-level store named by `store`, because Dagster re-creates
+resource objects for every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import dagster as dg
+import numpy as np
+from botocore.exceptions import ClientError
+from dagster_aws.s3 import S3Resource
+
+from pipeline_project.resources.kafka import KafkaResource
+from pipeline_project.resources.mlflow import MlflowResource
+from pipeline_project.streaming.packing import BlockPacker
+from pipeline_project.streaming.producer import ProduceReport
+
+_S3: dict[str, dict[tuple[str, str], tuple[bytes, datetime]]] = {}
+_KAFKA: dict[str, dict[str, Any]] = {}
+MLFLOW_RUNS: list[dict[str, Any]] = []  # every ingest run the stand-in MLflow was asked to log
+EOS = 0
+
+
+class _NoSuchKeyError(ClientError):
+    def __init__(self, key: str):
+        super().__init__({"Error": {"Code": "NoSuchKey", "Message": key}}, "GetObject")
+
+
+class _Exceptions:
+    NoSuchKey = _NoSuchKeyError
+    ClientError = ClientError
+
+
+class _Paginator:
+    def __init__(self, client: MemoryS3Client):
+        self.client = client
+
+    def paginate(self, Bucket: str, Prefix: str = "", **_: Any):
+        yield self.client.list_objects_v2(Bucket=Bucket, Prefix=Prefix)
+
+
+class MemoryS3Client:
+    """The handful of boto3 S3 calls the assets and the sensor make, over a dict."""
+
+    exceptions = _Exceptions
+
+    def __init__(self, objects: dict[tuple[str, str], tuple[bytes, datetime]]):
+        self.objects = objects
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes, **_: Any) -> dict:
+        # strictly increasing times, so the sensor's since_last_modified cursor sees every object
+        newest = max((t for _, t in self.objects.values()), default=datetime.now(timezone.utc))
+        self.objects[(Bucket, Key)] = (bytes(Body), max(datetime.now(timezone.utc), newest + timedelta(seconds=1)))
+        return {"ETag": self._etag(Bucket, Key)}
+
+    def _etag(self, bucket: str, key: str) -> str:
+        return '"' + hashlib.md5(self.objects[(bucket, key)][0]).hexdigest() + '"'
+
+    def get_object(self, Bucket: str, Key: str, **_: Any) -> dict:
+        if (Bucket, Key) not in self.objects:
+            raise _NoSuchKeyError(Key)
+        data = self.objects[(Bucket, Key)][0]
+        return {"Body": io.BytesIO(data), "ETag": self._etag(Bucket, Key), "ContentLength": len(data)}
+
+    def head_object(self, Bucket: str, Key: str, **_: Any) -> dict:
+        got = self.get_object(Bucket, Key)
+        return {"ETag": got["ETag"], "ContentLength": got["ContentLength"]}
+
+    def list_objects_v2(self, Bucket: str, Prefix: str = "", **_: Any) -> dict:
+        contents = [
+            {"Key": k, "ETag": self._etag(b, k), "Size": len(data), "LastModified": t}
+            for (b, k), (data, t) in sorted(self.objects.items())
+            if b == Bucket and k.startswith(Prefix)
+        ]
+        return {"Contents": contents, "KeyCount": len(contents)}
+
+    def get_paginator(self, name: str) -> _Paginator:
+        assert name == "list_objects_v2", name
+        return _Paginator(self)
+
+
+class MemoryS3Resource(S3Resource):
+    store: str
+
+    def get_client(self) -> MemoryS3Client:
+        return MemoryS3Client(_S3.setdefault(self.store, {}))
+
+
+class MemoryKafkaResource(KafkaResource):
+    """Blocks kept per topic in memory; bytes stand in for tokens, so no tokenizer is loaded."""
+
+    bootstrap_servers: str = "memory"
+    store: str
+
+    def _state(self) -> dict[str, Any]:
+        return _KAFKA.setdefault(self.store, {"topics": {}, "ledger": {}})
+
+    def ensure_topic(self, name: str, partitions: int, replication_factor: int, min_insync_replicas: int,
+                     config: dict[str, Any] | None = None):  # fmt: skip
+        self._state()["topics"].setdefault(name, [[] for _ in range(partitions)])
+
+    def produce_token_blocks(self, topic: str, texts: Iterable[str], *, seq_len: int, source: str, ledger_key: str,
+                             content_hash: str, max_message_bytes: int) -> ProduceReport:  # fmt: skip
+        state = self._state()
+        existing = state["ledger"].get((topic, ledger_key))
+        if existing is not None:
+            existing.reused = True
+            return existing
+        packer = BlockPacker(seq_len, EOS)
+        blocks = [packer.add([np.frombuffer(t.encode(), dtype=np.uint8).astype(np.uint32) + 1]) for t in texts]
+        blocks.append(packer.flush())
+        joined = np.concatenate([b for b in blocks if len(b)] or [np.zeros((0, seq_len), dtype=np.uint32)])
+        partitions = state["topics"][topic]
+        offsets = {}
+        for i, block in enumerate(joined):
+            p = i % len(partitions)
+            partitions[p].append((source, block))
+            first = offsets.get(p, (len(partitions[p]) - 1,))[0]
+            offsets[p] = (first, len(partitions[p]) - 1)
+        report = ProduceReport(
+            topic=topic, ledger_key=ledger_key, content_hash=content_hash, tokenizer_name="bytes",
+            tokenizer_hash="bytes", seq_len=seq_len, offsets=offsets, messages=len(joined), blocks=len(joined),
+            tokens=int(joined.size), bytes=int(joined.nbytes), seconds=0.0, mb_per_s=0.0,
+            transactional_id=f"memory.{ledger_key}", source=source,
+        )  # fmt: skip
+        state["ledger"][(topic, ledger_key)] = report
+        return report
+
+    def ledger_entry(self, topic: str, ledger_key: str) -> ProduceReport | None:
+        return self._state()["ledger"].get((topic, ledger_key))
+
+    def verify_blocks(self, report: ProduceReport) -> dict[str, Any]:
+        partitions = self._state()["topics"][report.topic]
+        found = sum(
+            1
+            for p, (first, last) in report.offsets.items()
+            for source, _ in partitions[p][first : last + 1]
+            if source == report.source
+        )
+        if found != report.blocks:
+            raise AssertionError(f"{found} blocks in the claimed ranges, the report claims {report.blocks}")
+        return {"messages": found, "blocks": found}
+
+    def blocks(self, topic: str) -> list[tuple[str, np.ndarray]]:
+        return [m for part in self._state()["topics"].get(topic, []) for m in part]
+
+
+class MemoryMlflowResource(MlflowResource):
+    tracking_uri: str = "memory://mlflow"
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        pass  # no MlflowClient: nothing is sent anywhere
+
+    def log_ingest_run(self, *, run_name: str, tags: dict[str, str], params: dict[str, Any],
+                       metrics: dict[str, float]) -> str:  # fmt: skip
+        MLFLOW_RUNS.append({"run_name": run_name, "tags": tags, "params": params, "metrics": metrics})
+        return f"{self.tracking_uri}/runs/{len(MLFLOW_RUNS)}"
+
+
+def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResource]:
+    from pipeline_project.resources.cleaning import CleaningResource
+
+    return {
+        "s3": MemoryS3Resource(store=store),
+        "kafka": MemoryKafkaResource(store=store),
+        "mlflow": MemoryMlflowResource(),
+        "layout": layout,
+        "cleaning": CleaningResource(),
+    }
