@@ -1,4 +1,10 @@
-"""`deepseek_checkpoint`: a DeepseekV3ForCausalLM trained on the topic, out of process via dagster-pipes."""
+"""`deepseek_checkpoint`: a DeepseekV3ForCausalLM trained on the topic, out of process via dagster-pipes.
+
+The asset builds the trainer's `JobConfig` from the resources (`TrainerResource.job_config`) and runs the
+trainer (`TrainerResource.run`); the materialization's metadata is what the trainer reports. Its checks
+read that metadata: `loss_is_finite`, and the blocking `checkpoint_reloads` (the S3 checkpoint loads with
+`AutoModelForCausalLM` and generates). torch and transformers are imported only inside the check.
+"""
 
 import math
 
@@ -6,7 +12,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipeline_project.assets.partitions import latest_materialization_metadata
-from pipeline_project.assets.topic import kafka_topic
+from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
@@ -14,11 +20,11 @@ from pipeline_project.resources.trainer import TrainerResource
 
 
 def _materialized_batches(instance: dg.DagsterInstance) -> list[str]:
-    return sorted(instance.get_materialized_partitions(kafka_topic.key))
+    return sorted(instance.get_materialized_partitions(token_blocks.key))
 
 
 @dg.asset(
-    deps=[kafka_topic],
+    deps=[token_blocks],
     group_name="training",
     kinds={"pytorch", "mlflow"},
     description="DeepSeek-V3-architecture (MLA + MoE) checkpoint trained on the topic's token blocks. Each "
@@ -34,7 +40,7 @@ def deepseek_checkpoint(
     trainer: TrainerResource,
 ):
     batches = _materialized_batches(context.instance)
-    job_config = trainer.job_config(
+    job = trainer.job_config(
         kafka=kafka.settings(),
         topic=layout.topic,
         seq_len=layout.seq_len,
@@ -46,7 +52,7 @@ def deepseek_checkpoint(
         partitions=batches,
     )
     context.log.info(f"training on topic {layout.topic} ({len(batches)} batches materialized)")
-    return trainer.run(context, job_config)
+    return trainer.run(context, job)
 
 
 @dg.asset_check(asset=deepseek_checkpoint, description="The final training loss is a finite number.")

@@ -157,7 +157,9 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
 
     train_started = time.time()
     client = DagsterGraphQLClient("127.0.0.1", port_number=int(settings.dagster_url.rsplit(":", 1)[-1]))
-    run_config = {"resources": {"trainer": {"config": {"max_steps": train_steps}}}} if train_steps else None
+    # run config replaces the resource's configured values, so the experiment setting goes along
+    trainer_config = {"max_steps": train_steps, "experiment_name": settings.mlflow_experiment}
+    run_config = {"resources": {"trainer": {"config": trainer_config}}} if train_steps else None
     run_id = client.submit_job_execution("train_checkpoint", run_config=run_config, tags={"pipeline/demo": stamp})
     console.print(f"training: run {run_id[:8]} ({settings.dagster_url}/runs/{run_id})")
     train = wait_for_runs(

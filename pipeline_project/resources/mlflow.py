@@ -1,6 +1,9 @@
 """MLflow tracking as a Dagster resource: a thin holder of an `MlflowClient`.
 
 dagster-mlflow's `mlflow_tracking` ends runs early (dagster issue 21872), so this stays small and explicit.
+Experiments are created through the training package's race-safe `get_or_create_experiment`, and run URLs
+come from its `run_url`, so the trainer and the Dagster layer agree on both. mlflow is imported inside the
+methods: sensors load this module in the code server.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ from typing import Any
 import dagster as dg
 from pydantic import PrivateAttr
 
+from pipeline_project.settings import DEFAULT_INGEST_EXPERIMENT, DEFAULT_TRAINING_EXPERIMENT
+
 
 class MlflowResource(dg.ConfigurableResource):
     tracking_uri: str
-    experiment_name: str = "deepseek-pretraining"
-    ingest_experiment_name: str = "kafka-ingest"
+    experiment_name: str = DEFAULT_TRAINING_EXPERIMENT
+    ingest_experiment_name: str = DEFAULT_INGEST_EXPERIMENT
 
     _client: Any = PrivateAttr(default=None)
 
@@ -33,12 +38,14 @@ class MlflowResource(dg.ConfigurableResource):
         return self._client
 
     def experiment_id(self, name: str | None = None) -> str:
-        name = name or self.experiment_name
-        exp = self.client.get_experiment_by_name(name)
-        return exp.experiment_id if exp else self.client.create_experiment(name)
+        from pipeline_project.training.mlflow_logging import get_or_create_experiment
+
+        return get_or_create_experiment(self.client, name or self.experiment_name)
 
     def run_url(self, run_id: str, experiment_id: str) -> str:
-        return f"{self.tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        from pipeline_project.training.mlflow_logging import run_url
+
+        return run_url(self.tracking_uri, experiment_id, run_id)
 
     def log_ingest_run(
         self, *, run_name: str, tags: dict[str, str], params: dict[str, Any], metrics: dict[str, float]

@@ -2,41 +2,61 @@
 
 Locally it is a subprocess (`torchrun` when there are several GPUs); on Kubernetes, swap the
 `PipesSubprocessClient` for `dagster_k8s.PipesK8sClient` with the same command.
+
+The hand-off is a typed `JobConfig` (`pipeline_project.training.job`), built and validated here and
+written with `model_dump_json()`, which leaves the Kafka SASL password out; the trainer process reads it
+from the environment it inherits. Every training default is declared once, in
+`pipeline_project.training.config.TrainConfig` (and `JobConfig`): a field left unset here (None) keeps it.
+The training modules are imported inside the methods, so loading this resource imports no torch.
 """
 
 from __future__ import annotations
 
-import json
+import enum
 import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, get_args
 
 import dagster as dg
 
+from pipeline_project.training.config import PresetName  # pure pydantic: no torch
+
+if TYPE_CHECKING:
+    from pipeline_project.streaming.kafka_client import KafkaSettings
+    from pipeline_project.training.job import JobConfig
+
+# Dagster config takes an optional Enum (not an optional Literal); its members are TrainConfig's preset names.
+Preset = enum.Enum("Preset", {name: name for name in get_args(PresetName)}, type=str)
+
+# TrainerResource field -> TrainConfig field, each passed on only when set
+_TRAIN_OVERRIDES = ("lr", "min_lr", "warmup_steps", "decay_steps", "batch_size", "max_steps", "seed")
+
 
 class TrainerResource(dg.ConfigurableResource):
-    preset: Literal["tiny", "small", "from_pretrained"] = "tiny"
+    """Overrides of the trainer's configuration; None keeps `TrainConfig`'s / `JobConfig`'s default."""
+
+    preset: Preset | None = None
     pretrained: str | None = None
-    lr: float = 3e-3
-    min_lr: float = 3e-4
-    warmup_steps: int = 10
-    decay_steps: int = 10_000
-    batch_size: int = 8
-    max_steps: int = 0
-    """0 trains on everything new in the topic (bounded mode); >0 caps the steps."""
+    lr: float | None = None
+    min_lr: float | None = None
+    warmup_steps: int | None = None
+    decay_steps: int | None = None
+    batch_size: int | None = None
+    max_steps: int | None = None
+    """None or 0 trains on everything new in the topic (bounded mode); >0 caps the steps."""
     run_name: str = "deepseek"
     """Checkpoints live under <checkpoints_prefix><run_name>/; a new name starts a new lineage."""
     nproc_per_node: int = 0
     """0 = one process per visible GPU (torchrun when more than one), one CPU process without GPUs."""
-    seed: int = 0
-    experiment_name: str = "deepseek-pretraining"
+    seed: int | None = None
+    experiment_name: str | None = None
 
     def job_config(
         self,
         *,
-        kafka,
+        kafka: KafkaSettings,
         topic: str,
         seq_len: int,
         s3_endpoint: str | None,
@@ -45,30 +65,33 @@ class TrainerResource(dg.ConfigurableResource):
         mlflow_tracking_uri: str,
         dagster_run_id: str,
         partitions: list[str],
-    ) -> dict[str, Any]:
-        """The `pipeline_project.training.entrypoint.JobConfig` of one materialization, as JSON-able dict."""
-        return {
-            "train": {
-                "preset": {"name": self.preset, "pretrained": self.pretrained},
-                "lr": self.lr,
-                "min_lr": self.min_lr,
-                "warmup_steps": self.warmup_steps,
-                "decay_steps": self.decay_steps,
-                "batch_size": self.batch_size,
-                "max_steps": self.max_steps or None,
-                "seed": self.seed,
-            },
-            "kafka": kafka.model_dump(exclude={"sasl_password"}),  # secrets reach the trainer by env only
-            "topic": topic,
-            "seq_len": seq_len,
-            "s3_endpoint": s3_endpoint,
-            "bucket": bucket,
-            "checkpoint_prefix": checkpoint_prefix,
-            "mlflow_tracking_uri": mlflow_tracking_uri,
-            "experiment_name": self.experiment_name,
-            "dagster_run_id": dagster_run_id,
-            "partitions": partitions,
+    ) -> JobConfig:
+        """The validated `JobConfig` of one materialization."""
+        from pipeline_project.training.job import JobConfig
+
+        train: dict[str, Any] = {
+            name: getattr(self, name) for name in _TRAIN_OVERRIDES if getattr(self, name) is not None
         }
+        name = self.preset.value if self.preset is not None else None
+        preset = {k: v for k, v in {"name": name, "pretrained": self.pretrained}.items() if v is not None}
+        if preset:
+            train["preset"] = preset
+        optional = {"experiment_name": self.experiment_name} if self.experiment_name is not None else {}
+        return JobConfig.model_validate(
+            {
+                "train": train,
+                "kafka": kafka,  # its SASL password stays out of the job file (JobConfig's serializer)
+                "topic": topic,
+                "seq_len": seq_len,
+                "s3_endpoint": s3_endpoint,
+                "bucket": bucket,
+                "checkpoint_prefix": checkpoint_prefix,
+                "mlflow_tracking_uri": mlflow_tracking_uri,
+                "dagster_run_id": dagster_run_id,
+                "partitions": partitions,
+                **optional,
+            }
+        )
 
     def _nproc(self) -> int:
         if self.nproc_per_node > 0:
@@ -87,12 +110,13 @@ class TrainerResource(dg.ConfigurableResource):
             return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *entry]
         return [sys.executable, *entry]
 
-    def run(self, context: dg.AssetExecutionContext, job_config: dict[str, Any]) -> dg.MaterializeResult:
+    def run(self, context: dg.AssetExecutionContext, job: JobConfig) -> dg.MaterializeResult:
         workdir = tempfile.mkdtemp(prefix="trainer-")
         try:
             config_path = os.path.join(workdir, "job.json")
             with open(config_path, "w") as f:
-                json.dump(job_config, f)
+                f.write(job.model_dump_json())
+            # the trainer inherits this environment: its secrets (S3 keys, KAFKA_SASL_PASSWORD) travel that way
             client = dg.PipesSubprocessClient(env={**os.environ, "PYTHONUNBUFFERED": "1"})
             return client.run(command=self.command(config_path), context=context).get_materialize_result()
         finally:

@@ -7,7 +7,8 @@ Layout, locally under one directory and in S3 under `checkpoints/<run_name>/step
               data_state.json (the same loader states, readable: per-partition Kafka offsets)
 
 `checkpoints/<run_name>/latest.json` points at the newest complete step; it is written last, so a
-crash mid-upload leaves the previous checkpoint current.
+crash mid-upload leaves the previous checkpoint current. A save that writes no safetensors raises
+`CheckpointWriteError` before anything is uploaded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from pipeline_project.settings import Settings
+from pipeline_project.training.errors import CheckpointWriteError
 
 HF_DIR = "hf"
 RESUME_DIR = "resume"
@@ -92,7 +94,7 @@ def save_checkpoint(
     resume_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(hf_dir)  # safetensors is the only format transformers 5 writes
     if not (hf_dir / "model.safetensors").exists() and not (hf_dir / "model.safetensors.index.json").exists():
-        raise RuntimeError(f"save_pretrained wrote no safetensors into {hf_dir}")
+        raise CheckpointWriteError(f"save_pretrained wrote no safetensors into {hf_dir}")
     if tokenizer is not None:
         tokenizer.save(hf_dir)
     torch.save(asdict(resume), resume_dir / STATE_FILE)

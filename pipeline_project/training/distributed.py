@@ -1,13 +1,19 @@
-"""torchrun / DDP plumbing: process-group setup from the torchrun environment and small collectives."""
+"""torchrun / DDP plumbing: process-group setup from the torchrun environment and small collectives.
+
+The process's place in the job comes from `settings.DistEnv` (RANK, WORLD_SIZE, LOCAL_RANK). Every
+collective here is a no-op returning the local value when no process group is up, so the same code runs
+as one plain process.
+"""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from pipeline_project.settings import DistEnv
 
 
 @dataclass(frozen=True)
@@ -27,17 +33,16 @@ class DistInfo:
 
 def init_distributed() -> DistInfo:
     """Join the process group torchrun describes (WORLD_SIZE > 1): NCCL on CUDA, gloo on CPU."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
+    env = DistEnv.from_env()
+    if env.world_size <= 1:
         return DistInfo()
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
         if torch.cuda.is_available():
-            torch.cuda.set_device(local_rank)
-            dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+            torch.cuda.set_device(env.local_rank)
+            dist.init_process_group("nccl", device_id=torch.device("cuda", env.local_rank))
         else:
             dist.init_process_group("gloo")
-    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank)
+    return DistInfo(rank=env.rank, world_size=env.world_size, local_rank=env.local_rank)
 
 
 def is_distributed() -> bool:

@@ -3,6 +3,10 @@
 One run per invocation, tagged with the Dagster run id and the data partitions consumed; flat params
 (model config, optimisation settings, tokenizer) so two runs compare side by side; per-step metrics
 sent in batches; MLflow system metrics for that run id; the HF weights as a logged model.
+
+Also the project's one `get_or_create_experiment` (safe when two processes create the same experiment at
+once) and its one `run_url`; the Dagster `MlflowResource` uses both. This module imports mlflow but neither
+torch nor dagster (import it lazily from resources).
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from importlib.metadata import version as _version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
+
+if TYPE_CHECKING:
+    from pipeline_project.training.job import JobConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +100,7 @@ class MlflowRun:
 
     @property
     def url(self) -> str:
-        return f"{self.tracking_uri}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return run_url(self.tracking_uri, self.experiment_id, self.run_id)
 
     def start_system_metrics(self, interval_s: float = 10.0) -> None:
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
@@ -154,7 +161,13 @@ class MlflowRun:
             self.client.set_terminated(self.run_id, status=status)
 
 
+def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """The MLflow UI address of a run."""
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
 def get_or_create_experiment(client: MlflowClient, name: str) -> str:
+    """The id of experiment `name`, created if missing; when another process creates it first, theirs."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
@@ -165,3 +178,40 @@ def get_or_create_experiment(client: MlflowClient, name: str) -> str:
         if experiment is None:
             raise
         return experiment.experiment_id
+
+
+def start_job_run(
+    job: JobConfig,
+    *,
+    model_config: Mapping[str, Any],
+    tokenizer: Any,
+    resumed_from_step: int,
+    world_size: int,
+    device: str,
+) -> MlflowRun:
+    """The MLflow run of one trainer invocation, with its params; the caller checks `job.mlflow_tracking_uri`.
+
+    `tokenizer` is the project's loaded tokenizer (`name`, `hash`, `vocab_size`); `model_config` the
+    model's config as a dict.
+    """
+    run = MlflowRun.start(
+        job.mlflow_tracking_uri,
+        job.experiment_name,
+        run_name=job.mlflow_run_name,
+        dagster_run_id=job.dagster_run_id,
+        partitions=job.partitions,
+        tags={"topic": job.topic, "preset": job.train.preset.name, "resumed_from_step": str(resumed_from_step)},
+        system_metrics_interval_s=job.system_metrics_interval_s,
+    )
+    run.log_params(
+        {
+            "model": dict(model_config),
+            "train": job.train.model_dump(mode="json"),
+            "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
+            "data": {"topic": job.topic, "partitions": len(job.partitions)},
+            "world_size": world_size,
+            "device": device,
+            "global_batch_tokens": job.train.batch_size * job.train.seq_len * world_size,
+        }
+    )
+    return run

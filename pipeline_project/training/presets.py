@@ -1,18 +1,30 @@
 """DeepseekV3 (MLA + MoE) model presets.
 
 `tiny` trains a few steps in seconds on a CPU (tests); `small` is ~100M parameters for one GPU;
-`from_pretrained` continues pre-training from a local path or hub id.
+`from_pretrained` continues pre-training from a local path or hub id. The `ModelPreset` config itself
+lives in `pipeline_project.training.config` (torch-free) and is re-exported here. A preset that cannot be built raises
+`PresetError` (a `ValueError`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import AutoConfig, AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM
 
-PRESET_VERSION = 1
+from pipeline_project.training.config import PRESET_VERSION, ModelPreset
+from pipeline_project.training.errors import PresetError
+
+__all__ = [
+    "PRESET_ARCHITECTURES",
+    "PRESET_VERSION",
+    "ModelPreset",
+    "assert_vocab_fits",
+    "build_config",
+    "build_model",
+    "count_parameters",
+]
 
 # Architecture hyper-parameters per preset; vocab_size comes from the tokenizer.
 PRESET_ARCHITECTURES: dict[str, dict[str, Any]] = {
@@ -63,30 +75,13 @@ PRESET_ARCHITECTURES: dict[str, dict[str, Any]] = {
 }
 
 
-class ModelPreset(BaseModel):
-    """Which model to train. `overrides` patch individual DeepseekV3Config fields."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    version: int = PRESET_VERSION
-    name: Literal["tiny", "small", "from_pretrained"] = "tiny"
-    pretrained: str | None = Field(default=None, description="local path or hub id for from_pretrained")
-    overrides: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _pretrained_needs_path(self) -> ModelPreset:
-        if self.name == "from_pretrained" and not self.pretrained:
-            raise ValueError("preset 'from_pretrained' needs `pretrained` (a local path or hub id)")
-        return self
-
-
 def build_config(preset: ModelPreset | str, vocab_size: int) -> DeepseekV3Config:
     """A DeepseekV3Config for `preset` whose embedding table holds `vocab_size` tokens."""
     preset = ModelPreset(name=preset) if isinstance(preset, str) else preset
     if preset.name == "from_pretrained":
         config = AutoConfig.from_pretrained(preset.pretrained)
         if not isinstance(config, DeepseekV3Config):
-            raise ValueError(f"{preset.pretrained} is a {type(config).__name__}, not a DeepseekV3Config")
+            raise PresetError(f"{preset.pretrained} is a {type(config).__name__}, not a DeepseekV3Config")
         for key, value in preset.overrides.items():
             setattr(config, key, value)
     else:
@@ -99,7 +94,7 @@ def build_config(preset: ModelPreset | str, vocab_size: int) -> DeepseekV3Config
 
 def assert_vocab_fits(config: DeepseekV3Config, vocab_size: int) -> None:
     if vocab_size > config.vocab_size:
-        raise ValueError(
+        raise PresetError(
             f"tokenizer vocabulary ({vocab_size}) does not fit the model's embedding table ({config.vocab_size})"
         )
 

@@ -3,7 +3,8 @@
     for each batch: forward (bf16 autocast on CUDA) -> backward -> clip -> AdamW step -> expert-bias update
 
 The caller owns the model, the optimizer and the batch iterator, so the same loop serves tests
-(in-memory tensors), the Kafka loader, a fresh run and a resumed one.
+(in-memory tensors), the Kafka loader, a fresh run and a resumed one. `TrainConfig` is declared in
+`pipeline_project.training.config` (torch-free) and re-exported here.
 """
 
 from __future__ import annotations
@@ -19,46 +20,26 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from pipeline_project.training.balancing import ExpertBalancer, ExpertLoad
+from pipeline_project.training.config import TRAIN_CONFIG_VERSION, TrainConfig
 from pipeline_project.training.distributed import all_reduce_scalar, is_distributed
-from pipeline_project.training.presets import ModelPreset
+
+__all__ = [
+    "TRAIN_CONFIG_VERSION",
+    "StepMetrics",
+    "TrainConfig",
+    "TrainResult",
+    "build_optimizer",
+    "lr_at",
+    "resolve_device",
+    "seed_everything",
+    "train",
+]
 
 log = logging.getLogger(__name__)
-
-TRAIN_CONFIG_VERSION = 1
-
-
-class TrainConfig(BaseModel):
-    """Every knob of a training invocation."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    version: int = TRAIN_CONFIG_VERSION
-    preset: ModelPreset = Field(default_factory=ModelPreset)
-    lr: float = 3e-4
-    min_lr: float = 3e-5
-    warmup_steps: int = 100
-    decay_steps: int = 10_000  # cosine from lr to min_lr over global steps [warmup, decay); min_lr after
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    batch_size: int = 8  # sequences per rank per step
-    seq_len: int = 512
-    max_steps: int | None = None  # steps in this invocation; None = until the data ends
-    grad_clip: float = 1.0
-    seed: int = 0
-    bias_update_speed: float = 1e-3  # DeepSeek-V3's gamma for the aux-loss-free balancing
-    log_every: int = 1
-    checkpoint_every: int | None = None  # also checkpoint inside the loop every N steps
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-
-    @field_validator("max_steps")
-    @classmethod
-    def _zero_means_unbounded(cls, value: int | None) -> int | None:
-        return value if value and value > 0 else None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,7 @@
-"""Check that a checkpoint in S3 is usable: download its HF folder, reload it, generate a few tokens."""
+"""Check that a checkpoint in S3 is usable: download its HF folder, reload it, generate a few tokens.
+
+Used by the blocking `checkpoint_reloads` asset check; a URI that is not `s3://...` raises `InvalidS3UriError`.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pipeline_project.training.checkpoint import HF_DIR, download_prefix
+from pipeline_project.training.errors import InvalidS3UriError
 
 PROMPT = "The data pipeline"
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:
     if not uri.startswith("s3://"):
-        raise ValueError(f"not an s3:// URI: {uri}")
+        raise InvalidS3UriError(f"not an s3:// URI: {uri}")
     bucket, _, key = uri[len("s3://") :].partition("/")
     return bucket, key
 

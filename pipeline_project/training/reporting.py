@@ -1,0 +1,72 @@
+"""Progress and the result of a training invocation, to the log and (under dagster-pipes) to Dagster.
+
+Only rank 0 opens the pipes connection; every other rank reports to its log alone. This module imports
+`dagster_pipes` (the small, dependency-free client), never `dagster`: the trainer runs without Dagster.
+`Reporter.materialize` turns a `TrainJobResult` into the asset materialization's metadata (the run URL as a
+url, offsets and positions as json, unset optional values left out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from pipeline_project.training.job import TrainJobResult
+
+log = logging.getLogger("pipeline_project.training")
+
+
+class Reporter:
+    """Log lines to stdout, and to Dagster when running under dagster-pipes (rank 0 only)."""
+
+    def __init__(self, pipes: Any = None):
+        self.pipes = pipes
+
+    def info(self, message: str) -> None:
+        log.info(message)
+        if self.pipes is not None:
+            self.pipes.log.info(message)
+
+    def materialize(self, result: TrainJobResult) -> None:
+        if self.pipes is None:
+            return
+        self.pipes.report_asset_materialization(metadata=materialization_metadata(result))
+
+
+def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
+    """The dagster-pipes metadata of one invocation's materialization."""
+    metadata: dict[str, Any] = {
+        "status": result.status,
+        "message": result.message,
+        "steps": result.steps,
+        "end_step": result.end_step,
+        "tokens": result.tokens,
+        "offsets_consumed": {"raw_value": result.offsets_consumed, "type": "json"},
+        "end_position": {"raw_value": result.end_position, "type": "json"},
+        "world_size": result.world_size,
+        "device": result.device,
+    }
+    for key in ("final_loss", "tokens_per_s", "data_wait_fraction"):
+        if getattr(result, key) is not None:
+            metadata[key] = getattr(result, key)
+    for key in ("checkpoint_uri", "hf_uri", "resumed_from", "mlflow_run_id", "mlflow_model_uri"):
+        if getattr(result, key):
+            metadata[key] = getattr(result, key)
+    if result.mlflow_run_url:
+        metadata["mlflow_run_url"] = {"raw_value": result.mlflow_run_url, "type": "url"}
+    return metadata
+
+
+@contextlib.contextmanager
+def pipes_if_present(is_main: bool) -> Iterator[Any]:
+    """The dagster-pipes context when this is rank 0 of a process Dagster launched; None otherwise."""
+    if is_main:
+        from dagster_pipes import PipesEnvVarParamsLoader, open_dagster_pipes
+
+        if PipesEnvVarParamsLoader().is_dagster_pipes_process():
+            with open_dagster_pipes() as pipes:
+                yield pipes
+            return
+    yield None

@@ -1,0 +1,313 @@
+"""One trainer invocation, step by step: `run_job(JobConfig) -> TrainJobResult`.
+
+Contract (every rank of a `torchrun` job calls `run_job`; rank 0 alone writes to S3, MLflow and Dagster):
+
+1. continues from the checkpoint that `latest.json` under `job.checkpoint_prefix` points at, if any: the
+   weights, optimizer, RNG and the Kafka position of every rank. A checkpoint trained with another
+   tokenizer raises `CheckpointMismatchError` before any step;
+2. reads only the token blocks that are new since that position (bounded mode: up to the topic's end
+   at start). A fetched batch that was not trained on is not consumed;
+3. logs to MLflow when `job.mlflow_tracking_uri` is set: one run per invocation, created at the first
+   step, ended FINISHED, or FAILED when training raises;
+4. saves an HF checkpoint + resume state to S3 (also every `train.checkpoint_every` steps) and moves
+   `latest.json` to it last, then logs the weights to MLflow;
+5. returns the `TrainJobResult` and, under dagster-pipes, reports it as the asset materialization.
+
+No new blocks -> status "nothing_new": no MLflow run and no checkpoint.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
+from pipeline_project.streaming.tokenizer import TokenizerInfo, load_tokenizer
+from pipeline_project.training import distributed
+from pipeline_project.training.checkpoint import (
+    CheckpointRef,
+    download_prefix,
+    latest_ref,
+    s3_client,
+    save_checkpoint,
+    upload_checkpoint,
+)
+from pipeline_project.training.config import TrainConfig
+from pipeline_project.training.errors import CheckpointMismatchError
+from pipeline_project.training.job import JobConfig, TrainJobResult
+from pipeline_project.training.mlflow_logging import MlflowRun, start_job_run
+from pipeline_project.training.positions import offsets_consumed, positions
+from pipeline_project.training.reporting import Reporter, pipes_if_present
+from pipeline_project.training.resume import TrainingState, build_training_state, make_resume_state
+from pipeline_project.training.trainer import StepMetrics, TrainResult, resolve_device, train
+
+
+def run_job(job: JobConfig) -> TrainJobResult:
+    t_start = time.perf_counter()
+    dist_info = distributed.init_distributed()
+    device = resolve_device(job.train, dist_info.local_rank)
+    with pipes_if_present(dist_info.is_main) as pipes:
+        inv = _open_invocation(job, dist_info, device, Reporter(pipes))
+        resume = _open_resume_point(inv)
+        loader = _build_loader(inv, resume.state)
+        start_states = distributed.all_gather_objects(loader.state_dict())
+        progress = _Progress(inv, resume.state)
+        status = "FAILED"
+        try:
+            result = _train(inv, resume.state, loader, progress)
+            end_states = distributed.all_gather_objects(result.data_state)
+            ref = _save_final(inv, resume.state, result)
+            model_uri = _log_model(inv, resume.state, progress.mlflow_run)
+            status = "FINISHED"
+        finally:
+            loader.close()
+            progress.end(status)
+        job_result = _result(
+            inv,
+            resume,
+            progress,
+            result,
+            start_states=start_states,
+            end_states=end_states,
+            checkpoint=ref,
+            model_uri=model_uri,
+            wall_s=time.perf_counter() - t_start,
+        )
+        inv.report.info(job_result.message)
+        inv.report.materialize(job_result)
+    _remove_scratch(inv)
+    return job_result
+
+
+@dataclass(frozen=True)
+class _Invocation:
+    """What every step of one invocation shares."""
+
+    job: JobConfig
+    dist: distributed.DistInfo
+    device: torch.device
+    report: Reporter
+    s3: Any
+    tokenizer: TokenizerInfo
+    work_dir: Path
+
+    @property
+    def cfg(self) -> TrainConfig:
+        return self.job.train
+
+
+@dataclass(frozen=True)
+class _ResumePoint:
+    previous: CheckpointRef | None  # None: a fresh model from the preset
+    state: TrainingState
+
+
+def _open_invocation(
+    job: JobConfig, dist_info: distributed.DistInfo, device: torch.device, report: Reporter
+) -> _Invocation:
+    s3 = s3_client(job.settings())
+    tokenizer = load_tokenizer(job.tokenizer)
+    # rank 0 picks the scratch dir; every rank of this (single-node) job reads the same files
+    work_dir = Path(
+        distributed.all_gather_objects(
+            job.work_dir or (tempfile.mkdtemp(prefix="trainer-") if dist_info.is_main else None)
+        )[0]
+    )
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return _Invocation(job, dist_info, device, report, s3, tokenizer, work_dir)
+
+
+def _open_resume_point(inv: _Invocation) -> _ResumePoint:
+    """The latest checkpoint's model, optimizer, RNG and data position, or a fresh model when there is none."""
+    job = inv.job
+    previous = latest_ref(inv.s3, job.bucket, job.checkpoint_prefix)
+    resume_dir = None
+    if previous is not None:
+        resume_dir = inv.work_dir / f"resume-step-{previous.step}"
+        if inv.dist.is_main:
+            download_prefix(inv.s3, job.bucket, previous.uri.removeprefix(f"s3://{job.bucket}/"), resume_dir)
+        distributed.barrier()
+        inv.report.info(f"continuing from {previous.uri} (step {previous.step})")
+    state = build_training_state(inv.cfg, inv.tokenizer.vocab_size, inv.device, checkpoint_dir=resume_dir)
+    saved_hash = state.meta.get("tokenizer_hash")
+    if saved_hash and saved_hash != inv.tokenizer.hash:
+        raise CheckpointMismatchError(
+            f"checkpoint {previous.uri} was trained with tokenizer {saved_hash[:12]}, "
+            f"this job uses {inv.tokenizer.name} ({inv.tokenizer.hash[:12]})"
+        )
+    return _ResumePoint(previous, state)
+
+
+def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
+    """This rank's Kafka loader (bounded mode), positioned where the checkpoint's loader stopped."""
+    cfg = inv.cfg
+    loader = KafkaBlockLoader(
+        LoaderConfig(
+            kafka=inv.job.kafka,
+            topic=inv.job.topic,
+            seq_len=cfg.seq_len,
+            batch_size=cfg.batch_size,
+            rank=inv.dist.rank,
+            world_size=inv.dist.world_size,
+            num_workers=inv.job.loader_workers,
+            mode="bounded",
+            idle_timeout_s=inv.job.loader_idle_timeout_s,
+            seed=cfg.seed,
+            expected_tokenizer_hash=inv.tokenizer.hash,
+            device="cpu",
+        )
+    )
+    if state.data_states:
+        loader.load_state_dict(state.data_states)
+    return loader
+
+
+@dataclass
+class _Progress:
+    """The per-step callback (rank 0): keeps the metrics, logs them, and opens the MLflow run at the first step."""
+
+    inv: _Invocation
+    state: TrainingState
+    metrics: list[StepMetrics] = field(default_factory=list)
+    mlflow_run: MlflowRun | None = None
+
+    def __call__(self, metrics: StepMetrics) -> None:
+        job = self.inv.job
+        self.metrics.append(metrics)
+        if job.mlflow_tracking_uri and self.mlflow_run is None:
+            self.mlflow_run = start_job_run(
+                job,
+                model_config=self.state.model.config.to_dict(),
+                tokenizer=self.inv.tokenizer,
+                resumed_from_step=self.state.step,
+                world_size=self.inv.dist.world_size,
+                device=str(self.inv.device),
+            )
+            self.inv.report.info(f"MLflow run {self.mlflow_run.url}")
+        if self.mlflow_run is not None:
+            self.mlflow_run.log_metrics(metrics.as_metrics(), step=metrics.step)
+        self.inv.report.info(
+            f"step {metrics.step} loss {metrics.loss:.4f} lr {metrics.lr:.2e} {metrics.tokens_per_s:,.0f} tok/s "
+            f"data-wait {100 * metrics.data_wait_fraction:.1f}% lag {metrics.consumer_lag}"
+        )
+
+    def end(self, status: str) -> None:
+        if self.mlflow_run is not None:
+            self.mlflow_run.end(status)
+
+
+def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, progress: _Progress) -> TrainResult:
+    cfg = inv.cfg
+    tokens_per_step = cfg.batch_size * cfg.seq_len * inv.dist.world_size
+
+    def mid_run_checkpoint(step: int, data_state: Any) -> None:
+        _save_checkpoint(inv, state, step, (step - state.step) * tokens_per_step, data_state)
+
+    return train(
+        cfg,
+        loader,
+        model=state.model,
+        optimizer=state.optimizer,
+        start_step=state.step,
+        on_step=progress,
+        lag_fn=lambda: loader.metrics()["lag_total"],
+        data_state_fn=loader.state_dict,
+        on_checkpoint=mid_run_checkpoint,
+    )
+
+
+def _save_checkpoint(
+    inv: _Invocation, state: TrainingState, step: int, tokens: int, data_state: Any
+) -> CheckpointRef | None:
+    """Gather every rank's data position (a collective: every rank calls), then rank 0 saves and uploads."""
+    data_states = distributed.all_gather_objects(data_state)
+    if not inv.dist.is_main:
+        return None
+    local = inv.work_dir / f"step-{step}"
+    meta = {
+        "train": inv.cfg.model_dump(mode="json"),
+        "tokenizer": inv.tokenizer.name,
+        "tokenizer_hash": inv.tokenizer.hash,
+        "topic": inv.job.topic,
+        "dagster_run_id": inv.job.dagster_run_id,
+    }
+    save_checkpoint(
+        local,
+        model=state.model,
+        tokenizer=inv.tokenizer,
+        resume=make_resume_state(state, step, state.tokens_seen + tokens, data_states, meta=meta),
+    )
+    ref = upload_checkpoint(inv.s3, inv.job.bucket, inv.job.checkpoint_prefix, step, local)
+    inv.report.info(f"checkpoint step {step} -> {ref.uri}")
+    return ref
+
+
+def _save_final(inv: _Invocation, state: TrainingState, result: TrainResult) -> CheckpointRef | None:
+    """The checkpoint after the last trained step; none when nothing was trained."""
+    if result.steps == 0:
+        return None
+    return _save_checkpoint(inv, state, result.end_step, result.tokens, result.data_state)
+
+
+def _log_model(inv: _Invocation, state: TrainingState, mlflow_run: MlflowRun | None) -> str | None:
+    if mlflow_run is None or not inv.job.log_model_to_mlflow or not inv.dist.is_main:
+        return None
+    return mlflow_run.log_model(state.model, inv.tokenizer.tokenizer)
+
+
+def _result(
+    inv: _Invocation,
+    resume: _ResumePoint,
+    progress: _Progress,
+    result: TrainResult,
+    *,
+    start_states: list[Any],
+    end_states: list[Any],
+    checkpoint: CheckpointRef | None,
+    model_uri: str | None,
+    wall_s: float,
+) -> TrainJobResult:
+    """What the invocation did, from the loop's result and every rank's data position before and after."""
+    trained = result.steps > 0
+    rates = [m.tokens_per_s for m in progress.metrics]
+    waits = [m.data_wait_fraction for m in progress.metrics]
+    run = progress.mlflow_run
+    return TrainJobResult(
+        status="trained" if trained else "nothing_new",
+        message=(
+            f"trained {result.steps} steps on {result.tokens:,} new tokens"
+            if trained
+            else "nothing new to train on: no complete batch of new blocks in the topic"
+        ),
+        steps=result.steps,
+        start_step=result.start_step,
+        end_step=result.end_step,
+        tokens=result.tokens,
+        final_loss=result.final_loss,
+        offsets_consumed=offsets_consumed(start_states, end_states) if trained else {},
+        start_position=positions(start_states),
+        end_position=positions(end_states),
+        checkpoint_uri=checkpoint.uri if checkpoint else None,
+        hf_uri=checkpoint.hf_uri if checkpoint else None,
+        resumed_from=resume.previous.uri if resume.previous else None,
+        mlflow_run_id=run.run_id if run else None,
+        mlflow_run_url=run.url if run else None,
+        mlflow_model_uri=model_uri,
+        world_size=inv.dist.world_size,
+        device=str(inv.device),
+        tokens_per_s=sum(rates) / len(rates) if rates else None,
+        data_wait_fraction=sum(waits) / len(waits) if waits else None,
+        stop_reason=result.stop_reason,
+        wall_s=wall_s,
+    )
+
+
+def _remove_scratch(inv: _Invocation) -> None:
+    if inv.dist.is_main and not inv.job.work_dir:
+        shutil.rmtree(inv.work_dir, ignore_errors=True)
