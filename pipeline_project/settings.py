@@ -85,7 +85,10 @@ def secret(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class DistEnv:
-    """The process's place in a `torchrun` job (RANK, WORLD_SIZE, LOCAL_RANK); one process without it."""
+    """The process's place in a `torchrun` job (RANK, WORLD_SIZE, LOCAL_RANK); one process without it.
+
+    With WORLD_SIZE > 1, RANK must be set (torchrun always sets both).
+    """
 
     rank: int = 0
     world_size: int = 1

@@ -17,10 +17,8 @@ from pipeline_project.settings import DistEnv
 
 
 @dataclass(frozen=True)
-class DistInfo:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
+class DistInfo(DistEnv):
+    """The torchrun place of this process, once its process group is up."""
 
     @property
     def is_main(self) -> bool:
