@@ -16,9 +16,13 @@ LOCAL_KAFKA_PORTS = (19092, 19093, 19094)
 LOCAL_S3_PORT = 19000
 LOCAL_MLFLOW_PORT = 15000
 LOCAL_DAGSTER_PORT = 13000
+LOCAL_POSTGRES_PORT = 15432
 
 LOCAL_S3_ACCESS_KEY = "pipeline"
 LOCAL_S3_SECRET_KEY = "pipeline-secret"
+LOCAL_POSTGRES_USER = "pipeline"
+LOCAL_POSTGRES_PASSWORD = "pipeline-pg"
+LOCAL_POSTGRES_DATABASES = ("pipeline", "dagster")  # the dedup index; Dagster's run, event and schedule storage
 
 DEFAULT_BUCKET = "pipeline"
 DEFAULT_RAW_PREFIX = "raw/"
@@ -130,6 +134,16 @@ class Settings:
     topic: str = field(default_factory=lambda: _env("PIPELINE_TOPIC", DEFAULT_TOPIC))
     dagster_url: str = field(
         default_factory=lambda: _env("PIPELINE_DAGSTER_URL", _local_url("PIPELINE_DAGSTER_PORT", LOCAL_DAGSTER_PORT))
+    )
+    # The dedup index's database. A deployment passes the URL without a password and the password as PGPASSWORD
+    # (libpq reads it from the environment), so no secret sits in configuration.
+    postgres_url: str = field(
+        default_factory=lambda: _env(
+            "PIPELINE_POSTGRES_URL",
+            f"postgresql://{LOCAL_POSTGRES_USER}:{LOCAL_POSTGRES_PASSWORD}@127.0.0.1:"
+            f"{_env('PIPELINE_POSTGRES_PORT', str(LOCAL_POSTGRES_PORT))}/pipeline",
+        ),
+        repr=False,
     )
     cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
     min_new_tokens: int = field(

@@ -4,6 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages the stack runs: PostgreSQL (the dedup index and Dagster's storage). Installed only when missing.
+need_apt=()
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null || need_apt+=(postgresql)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "==> installing Debian packages: ${need_apt[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv with $($PYTHON --version)"

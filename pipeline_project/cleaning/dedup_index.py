@@ -58,6 +58,18 @@ class DedupIndex:
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    def begin_batch(self, batch_id: str) -> None:
+        """A re-run of a batch replaces its own entries: forget them before looking anything up."""
+        self.drop_batch(batch_id)
+
+    def signature(self, number: int) -> np.ndarray:
+        return self.signatures[int(number)]
+
+    def commit_batch(self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float) -> dict:
+        """Add a batch's kept documents. In memory there is one writer, so no document is ever taken first."""
+        self.add(batch_id, list(doc_ids), exact_keys, band_keys, signatures)
+        return {}
+
     def entry(self, number: int) -> IndexEntry:
         return IndexEntry(self.batches[int(self.doc_batch[number])], self.doc_ids[number])
 

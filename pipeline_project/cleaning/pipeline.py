@@ -7,6 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,17 @@ class CleaningResult:
     quarantined: list[Quarantined] = field(default_factory=list)
     step_stats: list[StepStats] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
+    batch_id: str = ""
+    pending_index: Any = None  # the index to commit to, until CleaningPipeline.commit ran
+
+    def update_counts(self, n_in: int) -> None:
+        self.counts = {
+            "in": n_in,
+            "kept": len(self.kept),
+            "dropped": len(self.dropped),
+            "quarantined": len(self.quarantined),
+        }
+        self.check_counts()
 
     def dropped_by_reason(self) -> dict[str, int]:
         """Counts keyed `step:reason` (the reason without its detail) and `quarantine:reason`."""
@@ -96,8 +108,18 @@ class CleaningPipeline:
         self.steps = build_steps(self.config)
 
     def run(
-        self, items: Iterable[Document | Quarantined], batch_id: str, index: DedupIndex | None = None
+        self,
+        items: Iterable[Document | Quarantined],
+        batch_id: str,
+        index: DedupIndex | None = None,
+        commit: bool = True,
     ) -> CleaningResult:
+        """Clean one batch, looking duplicates up in `index` (read only).
+
+        With `commit=True` the kept documents are then written to the index (`commit`). A caller that must
+        check something before the index changes (has this batch been produced already?) passes
+        `commit=False` and calls `commit(result)` itself; until then nothing is written.
+        """
         docs: list[Document] = []
         quarantined: list[Quarantined] = []
         for item in items:
@@ -107,11 +129,12 @@ class CleaningPipeline:
         read.notes["encoding_converted"] = sum(
             1 for d in docs if d.meta.get("encoding", "utf-8") not in ("utf-8", "utf-8-sig")
         )
-        result = CleaningResult(quarantined=quarantined, step_stats=[read])
+        result = CleaningResult(quarantined=quarantined, step_stats=[read], batch_id=batch_id)
 
         ctx = RunContext(batch_id=batch_id, index=index, scope=self.config.dedup.scope)
         if ctx.use_index:
-            index.drop_batch(batch_id)  # a re-run of this batch replaces its own entries
+            index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
+            result.pending_index = index
         for step in self.steps:
             stats = StepStats(step.name, docs_in=len(docs))
             start = time.perf_counter()
@@ -121,26 +144,46 @@ class CleaningPipeline:
             result.step_stats.append(stats)
             log.info("%s: %d in, %d dropped in %.2fs", step.name, stats.docs_in, stats.dropped, stats.seconds)
         result.kept = docs
-        if ctx.use_index:
-            self._commit(index, batch_id, docs)
-        for doc in docs:
-            doc.state = DocState()
-        result.counts = {
-            "in": n_in,
-            "kept": len(result.kept),
-            "dropped": len(result.dropped),
-            "quarantined": len(result.quarantined),
-        }
-        assert n_in == len(result.kept) + len(result.dropped) + len(result.quarantined), result.counts
+        result.update_counts(n_in)
+        if commit:
+            self.commit(result)
         return result
 
-    def _commit(self, index: DedupIndex, batch_id: str, docs: list[Document]) -> None:
-        """Only documents that survived the whole chain become the originals later batches are compared with."""
-        exact = np.array([d.state.exact_key or 0 for d in docs], dtype=np.uint64)
-        sigs = np.zeros((len(docs), index.num_perm), dtype=np.uint32)
-        bands = np.zeros((len(docs), index.num_bands), dtype=np.uint64)
-        for i, d in enumerate(docs):
-            mh = d.state.minhash
-            if mh is not None:
-                sigs[i], bands[i] = mh
-        index.add(batch_id, [d.id for d in docs], exact, bands, sigs)
+    def commit(self, result: CleaningResult) -> CleaningResult:
+        """Write the kept documents to the index; documents another batch committed first move to `dropped`.
+
+        Only documents that survived the whole chain become the originals later batches are compared with.
+        """
+        index, result.pending_index = result.pending_index, None
+        if index is not None:
+            docs = result.kept
+            exact = np.array([d.state.exact_key or 0 for d in docs], dtype=np.uint64)
+            sigs = np.zeros((len(docs), index.num_perm), dtype=np.uint32)
+            bands = np.zeros((len(docs), index.num_bands), dtype=np.uint64)
+            for i, d in enumerate(docs):
+                mh = d.state.minhash
+                if mh is not None:
+                    sigs[i], bands[i] = mh
+            stats = StepStats("index_commit", docs_in=len(docs))
+            start = time.perf_counter()
+            late = index.commit_batch(
+                result.batch_id, [d.id for d in docs], exact, bands, sigs, near_threshold=self._near_threshold()
+            )
+            stats.seconds = time.perf_counter() - start
+            if late:
+                result.kept = [d for i, d in enumerate(docs) if i not in late]
+                for i, reason in sorted(late.items()):
+                    kind = reason.split("_of:", 1)[0]
+                    stats.reasons[kind] += 1
+                    result.dropped.append(Dropped.of(docs[i], "index_commit", reason))
+                stats.dropped = len(late)
+            result.step_stats.append(stats)
+        for doc in result.kept:
+            doc.state = DocState()
+        result.update_counts(result.counts["in"])
+        return result
+
+    def _near_threshold(self) -> float:
+        from pipeline_project.cleaning.steps.dedup import signature_threshold
+
+        return signature_threshold(self.config.dedup.minhash)

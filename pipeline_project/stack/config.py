@@ -12,8 +12,8 @@ from .errors import StackError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-SERVICES = ("kafka", "s3", "mlflow", "dagster")
-DEFAULT_SERVICES = ("kafka", "s3", "mlflow")
+SERVICES = ("kafka", "s3", "mlflow", "postgres", "dagster")
+DEFAULT_SERVICES = ("kafka", "s3", "mlflow", "postgres")
 
 
 def _ports_from_env(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -50,6 +50,9 @@ class StackConfig:
     dagster_port: int = field(
         default_factory=lambda: _port_from_env("PIPELINE_DAGSTER_PORT", client_settings.LOCAL_DAGSTER_PORT)
     )
+    postgres_port: int = field(
+        default_factory=lambda: _port_from_env("PIPELINE_POSTGRES_PORT", client_settings.LOCAL_POSTGRES_PORT)
+    )
     host: str = "127.0.0.1"
     s3_access_key: str = client_settings.LOCAL_S3_ACCESS_KEY
     s3_secret_key: str = client_settings.LOCAL_S3_SECRET_KEY
@@ -78,6 +81,10 @@ class StackConfig:
     def mlflow_url(self) -> str:
         return f"http://{self.host}:{self.mlflow_port}"
 
+    def postgres_url(self, database: str = "pipeline") -> str:
+        user, password = client_settings.LOCAL_POSTGRES_USER, client_settings.LOCAL_POSTGRES_PASSWORD
+        return f"postgresql://{user}:{password}@{self.host}:{self.postgres_port}/{database}"
+
     @property
     def dagster_url(self) -> str:
         return f"http://{self.host}:{self.dagster_port}"
@@ -92,4 +99,5 @@ class StackConfig:
             mlflow_tracking_uri=self.mlflow_url,
             mlflow_artifacts_bucket=self.mlflow_artifacts_bucket,
             dagster_url=self.dagster_url,
+            postgres_url=self.postgres_url(),
         )

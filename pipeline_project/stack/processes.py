@@ -91,6 +91,10 @@ class ManagedProcess:
     env: Mapping[str, str] | None = None
     cwd: Path | None = None
     stop_timeout: float = 20.0
+    # How a clean stop starts. PostgreSQL wants SIGINT ("fast shutdown") to its postmaster alone: it stops its
+    # own children, and treats a child killed from outside as a crash.
+    stop_signal: int = signal.SIGTERM
+    signal_children: bool = True
 
     # -- pid file -----------------------------------------------------------------------------------------------
     def _record(self) -> dict | None:
@@ -157,7 +161,7 @@ class ManagedProcess:
         if proc is None:
             self.pid_file.unlink(missing_ok=True)
             return False
-        terminate_tree(proc, self.stop_timeout)
+        terminate_tree(proc, self.stop_timeout, self)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -178,8 +182,11 @@ def _same_command(actual: list[str], launched: list[str]) -> bool:
     args = launched[1:]
     if not args:
         return actual == launched
+    # A wrapper that execs the program (setpriv) leaves the program's own argv: a tail of what we launched.
     return bool(actual) and (
-        actual == launched or (len(actual) > len(args) and actual[len(actual) - len(args) :] == args)
+        actual == launched
+        or (len(actual) > len(args) and actual[len(actual) - len(args) :] == args)
+        or (len(actual) < len(launched) and launched[len(launched) - len(actual) :] == actual)
     )
 
 
@@ -190,11 +197,11 @@ def _family(proc: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def _terminate(family: Sequence[psutil.Process], timeout: float) -> None:
-    """SIGTERM every process, wait up to `timeout`, then SIGKILL what is left."""
-    for p in family:
+def _terminate(family: Sequence[psutil.Process], timeout: float, signals: Sequence[tuple[psutil.Process, int]]) -> None:
+    """Send each (process, signal), wait up to `timeout` for the whole family, then SIGKILL what is left."""
+    for p, sig in signals:
         with contextlib.suppress(psutil.NoSuchProcess):
-            p.send_signal(signal.SIGTERM)
+            p.send_signal(sig)
     _, alive = psutil.wait_procs(family, timeout=timeout)
     for p in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -202,16 +209,25 @@ def _terminate(family: Sequence[psutil.Process], timeout: float) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
-def terminate_tree(proc: psutil.Process, timeout: float) -> None:
-    _terminate(_family(proc) or [proc], timeout)
+def _stop_signals(mp: ManagedProcess | None, family: list[psutil.Process]) -> list[tuple[psutil.Process, int]]:
+    sig = mp.stop_signal if mp is not None else signal.SIGTERM
+    targets = family if mp is None or mp.signal_children else family[:1]
+    return [(p, sig) for p in targets]
+
+
+def terminate_tree(proc: psutil.Process, timeout: float, mp: ManagedProcess | None = None) -> None:
+    family = _family(proc) or [proc]
+    _terminate(family, timeout, _stop_signals(mp, family))
 
 
 def stop_all(processes: Sequence[ManagedProcess]) -> list[str]:
     """Stop several processes concurrently (Kafka brokers shut down faster together). Returns the names stopped."""
     live = [(mp, mp.process()) for mp in processes]
     live = [(mp, p) for mp, p in live if p is not None]
-    families = [member for _, proc in live for member in _family(proc)]
-    _terminate(families, max((mp.stop_timeout for mp, _ in live), default=0))
+    families = {mp.name: _family(proc) for mp, proc in live}
+    signals = [pair for mp, _ in live for pair in _stop_signals(mp, families[mp.name])]
+    members = [member for family in families.values() for member in family]
+    _terminate(members, max((mp.stop_timeout for mp, _ in live), default=0), signals)
     for mp in processes:
         mp.pid_file.unlink(missing_ok=True)
     return [mp.name for mp, _ in live]

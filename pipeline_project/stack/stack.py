@@ -17,12 +17,13 @@ from .dagster import DagsterService
 from .errors import StackError
 from .kafka import KafkaService
 from .mlflow import MlflowService
+from .postgres import PostgresService
 from .processes import ManagedProcess, stop_all
 from .s3 import S3Service
 from .service import Service, ServiceStatus
 
-START_ORDER = ("s3", "mlflow", "kafka", "dagster")
-STOP_ORDER = ("dagster", "mlflow", "kafka", "s3")
+START_ORDER = ("postgres", "s3", "mlflow", "kafka", "dagster")
+STOP_ORDER = ("dagster", "mlflow", "kafka", "s3", "postgres")
 
 Progress = Callable[[str], None]
 
@@ -58,6 +59,7 @@ class Stack:
             "kafka": KafkaService(self.config),
             "s3": S3Service(self.config),
             "mlflow": MlflowService(self.config),
+            "postgres": PostgresService(self.config),
             "dagster": DagsterService(self.config),
         }
 

@@ -174,7 +174,7 @@ class MinHashDedup(Step):
             best_sim = -1.0
             for entry in earlier:
                 checked += 1
-                sim = 1.0 if cfg.verify == "none" else estimate(i, ctx.index.signatures[entry])
+                sim = 1.0 if cfg.verify == "none" else estimate(i, ctx.index.signature(entry))
                 if sim >= self.sig_threshold or cfg.verify == "none":
                     if sim > best_sim:
                         best, best_sim = ("index", entry), sim

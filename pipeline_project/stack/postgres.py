@@ -1,0 +1,168 @@
+"""PostgreSQL from Debian's package: one server for the dedup index and Dagster's storage.
+
+The cluster lives under the state directory (`postgres/data`), so it survives `stack down` and goes with
+`down --wipe`. As root the server runs as the `postgres` user that Debian's package creates (PostgreSQL
+refuses to run as root); the state directory must then be reachable by that user.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from pipeline_project.settings import LOCAL_POSTGRES_DATABASES, LOCAL_POSTGRES_PASSWORD, LOCAL_POSTGRES_USER
+
+from .errors import StackError
+from .processes import ManagedProcess, accepts_connections
+from .service import Service, ServiceStatus
+
+RUN_AS = "postgres"
+
+
+def postgres_bindir() -> Path:
+    """Where `postgres` and `initdb` are: PATH first, then Debian's /usr/lib/postgresql/<newest>/bin."""
+    found = shutil.which("postgres")
+    if found:
+        return Path(os.path.realpath(found)).parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), key=lambda p: int(p.split("/")[4]))
+    if not candidates:
+        raise StackError("PostgreSQL is not installed: run scripts/setup.sh (it installs Debian's postgresql)")
+    return Path(candidates[-1]).parent
+
+
+def _as_server_user() -> tuple[str, ...]:
+    """argv prefix that drops root to the postgres user (setpriv execs, so the pid stays the server's)."""
+    if os.geteuid() != 0:
+        return ()
+    try:
+        pwd.getpwnam(RUN_AS)
+    except KeyError:
+        raise StackError(f"running as root needs a {RUN_AS!r} user (Debian's postgresql package creates it)") from None
+    return ("setpriv", f"--reuid={RUN_AS}", f"--regid={RUN_AS}", "--init-groups", "--")
+
+
+class PostgresService(Service):
+    name = "postgres"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.dir / "run"
+
+    def processes(self) -> list[ManagedProcess]:
+        cfg = self.config
+        cmd = (
+            *_as_server_user(),
+            str(postgres_bindir() / "postgres"),
+            "-D",
+            str(self.data_dir),
+            "-p",
+            str(cfg.postgres_port),
+            "-k",
+            str(self.socket_dir),
+            "-c",
+            f"listen_addresses={cfg.host}",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "shared_buffers=64MB",
+        )
+        return [
+            ManagedProcess(
+                name="postgres",
+                cmd=cmd,
+                pid_file=self.dir / "postgres.pid",
+                log_file=self.dir / "postgres.log",
+                ports=(cfg.postgres_port,),
+                stop_timeout=30.0,
+                stop_signal=signal.SIGINT,
+                signal_children=False,
+            )
+        ]
+
+    def _run(self, *argv: str) -> subprocess.CompletedProcess:
+        result = subprocess.run([*_as_server_user(), *argv], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise StackError(f"{Path(argv[0]).name} failed: {last[0]}")
+        return result
+
+    def prepare(self) -> None:
+        for d in (self.dir, self.socket_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            user = pwd.getpwnam(RUN_AS)
+            for d in (self.dir, self.socket_dir):
+                os.chown(d, user.pw_uid, user.pw_gid)
+            if self.data_dir.exists():
+                os.chown(self.data_dir, user.pw_uid, user.pw_gid)
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        pwfile = self.dir / ".pwfile"
+        pwfile.write_text(LOCAL_POSTGRES_PASSWORD + "\n")
+        if os.geteuid() == 0:
+            os.chown(pwfile, pwd.getpwnam(RUN_AS).pw_uid, -1)
+        try:
+            self._run(
+                str(postgres_bindir() / "initdb"),
+                "-D",
+                str(self.data_dir),
+                "-U",
+                LOCAL_POSTGRES_USER,
+                f"--pwfile={pwfile}",
+                "--auth-host=scram-sha-256",
+                "--auth-local=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            )
+        except StackError as err:
+            raise StackError(f"{err} (is {self.dir} reachable by the {RUN_AS!r} user?)") from None
+        finally:
+            pwfile.unlink(missing_ok=True)
+
+    def after_healthy(self) -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(self.config.postgres_url("postgres"))
+        conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
+        try:
+            with conn.cursor() as cur:
+                for db in LOCAL_POSTGRES_DATABASES:
+                    cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (db,))
+                    if cur.fetchone() is None:
+                        cur.execute(f'CREATE DATABASE "{db}"')
+        finally:
+            conn.close()
+
+    def status(self) -> list[ServiceStatus]:
+        (mp,) = self.processes()
+        cfg = self.config
+        healthy = accepts_connections(cfg.host, cfg.postgres_port) and self._answers()
+        return [
+            ServiceStatus(
+                name="postgres",
+                service=self.name,
+                healthy=healthy,
+                url=f"postgresql://{cfg.host}:{cfg.postgres_port}",
+                pid=mp.pid,
+                detail=f"databases: {', '.join(LOCAL_POSTGRES_DATABASES)}" if healthy else "",
+            )
+        ]
+
+    def _answers(self) -> bool:
+        import psycopg2
+
+        try:
+            psycopg2.connect(self.config.postgres_url("postgres"), connect_timeout=2).close()
+            return True
+        except psycopg2.Error:
+            return False
