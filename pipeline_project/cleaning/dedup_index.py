@@ -191,3 +191,51 @@ class DedupIndex:
             for name in ("doc_batch", "exact_keys", "exact_entries", "band_keys", "band_entries", "signatures"):
                 setattr(index, name, z[name])
         return index
+
+
+class ChainedIndex:
+    """Two indexes looked up as one: `earlier` (other batches; may be None) and `local` (earlier chunks of this batch).
+
+    Entry numbers of `local` are offset by LOCAL_OFFSET so both can be told apart. `begin_batch` reaches only
+    `earlier`: the local index holds this very batch's earlier chunks, which must stay visible.
+    """
+
+    LOCAL_OFFSET = 1 << 62
+
+    def __init__(self, earlier, local: DedupIndex):
+        self.earlier = earlier
+        self.local = local
+        self.num_perm = local.num_perm
+        self.num_bands = local.num_bands
+        self._begun = False
+
+    def begin_batch(self, batch_id: str) -> None:
+        if self.earlier is not None and not self._begun:
+            self.earlier.begin_batch(batch_id)
+        self._begun = True
+
+    def lookup_exact(self, keys: np.ndarray) -> np.ndarray:
+        local = self.local.lookup_exact(keys)
+        local = np.where(local >= 0, local + self.LOCAL_OFFSET, -1)
+        if self.earlier is None:
+            return local
+        earlier = self.earlier.lookup_exact(keys)
+        return np.where(earlier >= 0, earlier, local)
+
+    def lookup_bands(self, band_keys: np.ndarray) -> np.ndarray:
+        """(docs, bands) -> (docs, 2 * bands): the earlier index's hits, then the local ones."""
+        local = self.local.lookup_bands(band_keys)
+        local = np.where(local >= 0, local + self.LOCAL_OFFSET, -1)
+        if self.earlier is None:
+            return local
+        return np.concatenate([self.earlier.lookup_bands(band_keys), local], axis=1)
+
+    def entry(self, number: int) -> IndexEntry:
+        if number >= self.LOCAL_OFFSET:
+            return self.local.entry(number - self.LOCAL_OFFSET)
+        return self.earlier.entry(number)
+
+    def signature(self, number: int) -> np.ndarray:
+        if number >= self.LOCAL_OFFSET:
+            return self.local.signature(number - self.LOCAL_OFFSET)
+        return self.earlier.signature(number)

@@ -103,9 +103,12 @@ def build_steps(config: CleaningConfig) -> list[Step]:
 
 
 class CleaningPipeline:
-    def __init__(self, config: CleaningConfig | None = None):
+    """The chain of steps. With a `pool` (`parallel.FilterPool`), the per-document filters run in its workers."""
+
+    def __init__(self, config: CleaningConfig | None = None, pool: Any = None):
         self.config = config or CleaningConfig()
         self.steps = build_steps(self.config)
+        self.pool = pool
 
     def run(
         self,
@@ -113,12 +116,14 @@ class CleaningPipeline:
         batch_id: str,
         index: DedupIndex | None = None,
         commit: bool = True,
+        force_index: bool = False,
     ) -> CleaningResult:
         """Clean one batch, looking duplicates up in `index` (read only).
 
         With `commit=True` the kept documents are then written to the index (`commit`). A caller that must
         check something before the index changes (has this batch been produced already?) passes
-        `commit=False` and calls `commit(result)` itself; until then nothing is written.
+        `commit=False` and calls `commit(result)` itself; until then nothing is written (and the kept documents
+        keep their dedup keys in `doc.state`).
         """
         docs: list[Document] = []
         quarantined: list[Quarantined] = []
@@ -131,11 +136,18 @@ class CleaningPipeline:
         )
         result = CleaningResult(quarantined=quarantined, step_stats=[read], batch_id=batch_id)
 
-        ctx = RunContext(batch_id=batch_id, index=index, scope=self.config.dedup.scope)
+        # force_index: `index` holds this batch's own earlier chunks too, and applies whatever the dedup scope
+        ctx = RunContext(batch_id=batch_id, index=index, scope="global" if force_index else self.config.dedup.scope)
         if ctx.use_index:
             index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
             result.pending_index = index
-        for step in self.steps:
+        steps = self.steps
+        if self.pool is not None and docs:
+            docs, dropped, pool_stats = self.pool.run(docs, batch_id)
+            result.dropped.extend(dropped)
+            result.step_stats.extend(pool_stats)
+            steps = steps[len(pool_stats) :]
+        for step in steps:
             stats = StepStats(step.name, docs_in=len(docs))
             start = time.perf_counter()
             docs, dropped = step.run(docs, ctx, stats)

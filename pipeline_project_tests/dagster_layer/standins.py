@@ -63,6 +63,13 @@ class MemoryS3Client:
         self.objects[(Bucket, Key)] = (bytes(Body), max(datetime.now(timezone.utc), newest + timedelta(seconds=1)))
         return {"ETag": self._etag(Bucket, Key)}
 
+    def upload_fileobj(self, fileobj, Bucket: str, Key: str, **_: Any) -> None:
+        self.put_object(Bucket=Bucket, Key=Key, Body=fileobj.read())
+
+    def delete_object(self, Bucket: str, Key: str, **_: Any) -> dict:
+        self.objects.pop((Bucket, Key), None)
+        return {}
+
     def _etag(self, bucket: str, key: str) -> str:
         return '"' + hashlib.md5(self.objects[(bucket, key)][0]).hexdigest() + '"'
 

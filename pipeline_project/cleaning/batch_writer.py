@@ -1,0 +1,123 @@
+"""Write one batch's shards and exclusion sink to S3 while it is being cleaned, in bounded memory.
+
+Kept documents are appended to the current shard, which is uploaded once it holds `max_shard_bytes` of
+JSONL; exclusion records are compressed into a temporary file that is uploaded at the end. So memory holds
+one shard at most, whatever the batch's size.
+
+Shards go under `<shard_dir><attempt>/`, a prefix of this attempt only: until the manifest that names them
+is written, the batch's previously published shards stay as they were (a refused re-run leaves no trace).
+`retract` takes documents back out of shards already uploaded (those another batch committed first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import dataclass
+
+import zstandard
+
+from pipeline_project.cleaning.records import Document
+from pipeline_project.cleaning.shards import read_shard
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    key: str
+    docs: int
+    raw_bytes: int
+    bytes: int
+    sha256: str
+
+
+def _line(doc: Document) -> bytes:
+    record = {"id": doc.id, "text": doc.text, "source": doc.source, "meta": doc.meta}
+    return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+
+
+class BatchWriter:
+    def __init__(
+        self,
+        client,
+        bucket: str,
+        shard_prefix: str,
+        exclusions_key: str,
+        max_shard_bytes: int = 32 * 1024 * 1024,
+    ):
+        self.client = client
+        self.bucket = bucket
+        self.shard_prefix = shard_prefix
+        self.exclusions_key = exclusions_key
+        self.max_shard_bytes = max_shard_bytes
+        self.shards: list[WrittenShard] = []
+        self._lines: list[bytes] = []
+        self._ids: list[str] = []
+        self._size = 0
+        self._shard_of: dict[str, int] = {}
+        self._excluded = tempfile.TemporaryFile()  # noqa: SIM115 - lives until upload_exclusions or abort
+        self._excluded_writer = zstandard.ZstdCompressor(level=3).stream_writer(self._excluded, closefd=False)
+        self.excluded_records = 0
+
+    # -- kept documents -------------------------------------------------------------------------------------
+    def add_kept(self, docs: list[Document]) -> None:
+        for doc in docs:
+            line = _line(doc)
+            if self._lines and self._size + len(line) > self.max_shard_bytes:
+                self._flush_shard()
+            self._lines.append(line)
+            self._ids.append(doc.id)
+            self._size += len(line)
+
+    def _upload(self, index: int, raw: bytes, docs: int) -> WrittenShard:
+        key = f"{self.shard_prefix}shard-{index:05d}.jsonl.zst"
+        data = zstandard.ZstdCompressor(level=3).compress(raw)
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+        return WrittenShard(key, docs, len(raw), len(data), hashlib.sha256(data).hexdigest())
+
+    def _flush_shard(self) -> None:
+        if not self._lines:
+            return
+        index = len(self.shards)
+        self.shards.append(self._upload(index, b"".join(self._lines), len(self._lines)))
+        for doc_id in self._ids:
+            self._shard_of[doc_id] = index
+        self._lines, self._ids, self._size = [], [], 0
+
+    def retract(self, doc_ids: set[str]) -> None:
+        """Remove documents from the shards (already uploaded or still buffered)."""
+        if not doc_ids:
+            return
+        keep = [(line, i) for line, i in zip(self._lines, self._ids) if i not in doc_ids]
+        self._lines, self._ids = [line for line, _ in keep], [i for _, i in keep]
+        self._size = sum(len(line) for line in self._lines)
+        for index in sorted({self._shard_of[d] for d in doc_ids if d in self._shard_of}):
+            shard = self.shards[index]
+            data = self.client.get_object(Bucket=self.bucket, Key=shard.key)["Body"].read()
+            records = [r for r in read_shard(data) if r["id"] not in doc_ids]
+            raw = b"".join((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode("utf-8") for r in records)
+            self.shards[index] = self._upload(index, raw, len(records))
+
+    # -- exclusions -------------------------------------------------------------------------------------------
+    def add_excluded(self, records: list[dict]) -> None:
+        for rec in records:
+            self._excluded_writer.write((json.dumps(rec, ensure_ascii=False, default=str) + "\n").encode())
+        self.excluded_records += len(records)
+
+    # -- end --------------------------------------------------------------------------------------------------
+    def finish_shards(self) -> list[WrittenShard]:
+        """Upload the last shard; returns every shard written (retract may still rewrite some)."""
+        self._flush_shard()
+        return list(self.shards)
+
+    def upload_exclusions(self) -> None:
+        self._excluded_writer.flush(zstandard.FLUSH_FRAME)
+        self._excluded.seek(0)
+        self.client.upload_fileobj(self._excluded, self.bucket, self.exclusions_key)
+        self._excluded.close()
+
+    def abort(self) -> None:
+        """Delete what this attempt uploaded (a refused batch leaves no trace)."""
+        for shard in self.shards:
+            self.client.delete_object(Bucket=self.bucket, Key=shard.key)
+        self._excluded.close()

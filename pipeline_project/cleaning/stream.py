@@ -1,0 +1,180 @@
+"""Clean a batch of any size in bounded memory: chunk by chunk through the chain, out to a `BatchWriter`.
+
+    items (documents and quarantine records, streamed from S3)
+      -> chunks of `chunk_docs` documents or `chunk_bytes` of text
+      -> CleaningPipeline (filters in a process pool when given one), deduplicated against the cross-batch
+         index AND the batch's earlier chunks (`ChainedIndex`)
+      -> kept documents appended to shards, dropped/quarantined records to the exclusion sink
+
+Memory holds one chunk, one shard and, per kept document, its dedup keys (about 600 bytes), never the batch's
+text. A batch that fits in one chunk is decided exactly as `CleaningPipeline.run` decides it; across chunks,
+a candidate from an earlier chunk is verified by signature estimate (as candidates from earlier batches are),
+because its text is no longer held.
+
+`run` only reads the cross-batch index. `commit` writes the batch's kept documents to it (first writer wins)
+and retracts from the shards the documents another batch committed first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline_project.cleaning.config import CleaningConfig
+from pipeline_project.cleaning.dedup_index import ChainedIndex, DedupIndex
+from pipeline_project.cleaning.errors import CountsMismatchError
+from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult
+from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
+from pipeline_project.cleaning.steps import StepStats
+
+log = logging.getLogger(__name__)
+
+ExclusionRecords = Callable[[list[Dropped], list[Quarantined]], list[dict]]
+
+
+def chunks(items: Iterable[Document | Quarantined], chunk_docs: int, chunk_bytes: int) -> Iterator[list]:
+    chunk: list = []
+    size = 0
+    for item in items:
+        chunk.append(item)
+        size += len(item.text) if isinstance(item, Document) else 0
+        if len(chunk) >= chunk_docs or size >= chunk_bytes:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+@dataclass
+class StreamResult:
+    batch_id: str
+    counts: Counter = field(default_factory=Counter)
+    step_stats: list[StepStats] = field(default_factory=list)
+    dropped_by_reason: Counter = field(default_factory=Counter)
+    chunks: int = 0
+    # the dedup keys of every kept document, for the index commit
+    doc_ids: list[str] = field(default_factory=list)
+    exact: list[np.ndarray] = field(default_factory=list)
+    bands: list[np.ndarray] = field(default_factory=list)
+    signatures: list[np.ndarray] = field(default_factory=list)
+
+    def add_stats(self, stats: list[StepStats]) -> None:
+        by_name = {s.name: s for s in self.step_stats}
+        for s in stats:
+            m = by_name.get(s.name)
+            if m is None:
+                m = StepStats(s.name)
+                self.step_stats.append(m)
+                by_name[s.name] = m
+            m.docs_in += s.docs_in
+            m.dropped += s.dropped
+            m.modified += s.modified
+            m.seconds += s.seconds
+            m.reasons.update(s.reasons)
+
+    def count(self, result: CleaningResult) -> None:
+        for key in ("in", "kept", "dropped", "quarantined"):
+            self.counts[key] += result.counts[key]
+        self.dropped_by_reason.update(result.dropped_by_reason())
+
+    def check_counts(self) -> None:
+        c = self.counts
+        if c["in"] != c["kept"] + c["dropped"] + c["quarantined"]:
+            raise CountsMismatchError(f"cleaning lost documents: {dict(c)}")
+
+    def removal_table_markdown(self) -> str:
+        table = CleaningResult(step_stats=self.step_stats, counts=dict(self.counts))
+        return table.removal_table_markdown()
+
+
+class StreamingCleaner:
+    def __init__(
+        self,
+        config: CleaningConfig,
+        pool: Any = None,
+        chunk_docs: int = 5000,
+        chunk_bytes: int = 64 * 1024 * 1024,
+    ):
+        self.config = config
+        self.pipeline = CleaningPipeline(config, pool=pool)
+        self.chunk_docs = chunk_docs
+        self.chunk_bytes = chunk_bytes
+
+    def run(
+        self,
+        items: Iterable[Document | Quarantined],
+        batch_id: str,
+        index: Any,
+        writer: Any,
+        exclusion_records: ExclusionRecords,
+    ) -> StreamResult:
+        cfg = self.config.dedup.minhash
+        local = DedupIndex(num_perm=cfg.num_buckets * cfg.hashes_per_bucket, num_bands=cfg.num_buckets)
+        earlier = index if self.config.dedup.scope == "global" else None
+        chained = ChainedIndex(earlier, local)
+        out = StreamResult(batch_id=batch_id)
+        for chunk in chunks(items, self.chunk_docs, self.chunk_bytes):
+            result = self.pipeline.run(chunk, batch_id, chained, commit=False, force_index=True)
+            out.chunks += 1
+            out.add_stats(result.step_stats)
+            out.count(result)
+            self._remember(out, local, result.kept)
+            writer.add_kept(result.kept)
+            writer.add_excluded(exclusion_records(result.dropped, result.quarantined))
+            log.info("batch %s chunk %d: %s", batch_id, out.chunks, dict(result.counts))
+        out.check_counts()
+        return out
+
+    def _remember(self, out: StreamResult, local: DedupIndex, kept: list[Document]) -> None:
+        """Keep the kept documents' dedup keys (for later chunks and the commit); drop their per-step state."""
+        n = len(kept)
+        exact = np.array([d.state.exact_key or 0 for d in kept], dtype=np.uint64)
+        sigs = np.zeros((n, local.num_perm), dtype=np.uint32)
+        bands = np.zeros((n, local.num_bands), dtype=np.uint64)
+        for i, d in enumerate(kept):
+            if d.state.minhash is not None:
+                sigs[i], bands[i] = d.state.minhash
+            d.state = DocState()
+        ids = [d.id for d in kept]
+        local.add(out.batch_id, ids, exact, bands, sigs)
+        out.doc_ids.extend(ids)
+        out.exact.append(exact)
+        out.bands.append(bands)
+        out.signatures.append(sigs)
+
+    def commit(self, out: StreamResult, index: Any, writer: Any, exclusion_records: ExclusionRecords) -> None:
+        """Write the batch to the cross-batch index; retract and exclude what another batch committed first."""
+        if index is None or self.config.dedup.scope != "global":
+            return
+        cfg = self.config.dedup.minhash
+        empty_bands = np.zeros((0, cfg.num_buckets), dtype=np.uint64)
+        empty_sigs = np.zeros((0, cfg.num_buckets * cfg.hashes_per_bucket), dtype=np.uint32)
+        late = index.commit_batch(
+            out.batch_id,
+            out.doc_ids,
+            np.concatenate(out.exact) if out.exact else np.zeros(0, dtype=np.uint64),
+            np.concatenate(out.bands) if out.bands else empty_bands,
+            np.concatenate(out.signatures) if out.signatures else empty_sigs,
+            near_threshold=self.pipeline._near_threshold(),
+        )
+        stats = StepStats("index_commit", docs_in=len(out.doc_ids), dropped=len(late))
+        if late:
+            ids = {out.doc_ids[i] for i in late}
+            writer.retract(ids)
+            dropped = [
+                Dropped(id=out.doc_ids[i], source="", step="index_commit", reason=reason, text="")
+                for i, reason in sorted(late.items())
+            ]
+            writer.add_excluded(exclusion_records(dropped, []))
+            for d in dropped:
+                stats.reasons[d.reason.split("_of:", 1)[0]] += 1
+                out.dropped_by_reason[f"index_commit:{d.reason.split(':', 1)[0]}"] += 1
+            out.counts["kept"] -= len(late)
+            out.counts["dropped"] += len(late)
+        out.add_stats([stats])
+        out.check_counts()

@@ -1,0 +1,70 @@
+"""Chunked cleaning: the same decisions as one pass, duplicates found across chunks, bounded shard writing."""
+
+from __future__ import annotations
+
+import copy
+
+from pipeline_project.cleaning import CleaningPipeline, DedupIndex, read_shard
+from pipeline_project.cleaning.batch_writer import BatchWriter
+from pipeline_project.cleaning.stream import StreamingCleaner
+from pipeline_project_tests.cleaning.test_dedup_store import CONFIG, _corpus, _docs, _edit
+from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
+
+
+def _records(dropped, quarantined):
+    return [{"id": d.id, "step": d.step, "reason": d.reason} for d in dropped] + [
+        {"id": q.id, "step": "read", "reason": q.reason} for q in quarantined
+    ]
+
+
+def _run(docs, chunk_docs, index=None, max_shard_bytes=1 << 20):
+    client = MemoryS3Client({})
+    writer = BatchWriter(client, "b", "shards/x/attempt/", "exclusions/x/excluded.jsonl.zst", max_shard_bytes)
+    cleaner = StreamingCleaner(CONFIG, chunk_docs=chunk_docs)
+    index = index if index is not None else DedupIndex()
+    out = cleaner.run(docs, "x", index, writer, _records)
+    shards = writer.finish_shards()
+    cleaner.commit(out, index, writer, _records)
+    writer.upload_exclusions()
+    kept = [r["id"] for s in writer.shards for r in read_shard(client.get_object(Bucket="b", Key=s.key)["Body"].read())]
+    return out, kept, shards
+
+
+def test_one_chunk_decides_exactly_as_one_pass():
+    texts = _corpus(20, 8)
+    texts += [texts[0], _edit(texts[1], 40, 6, 123_000)]
+    docs = _docs("x", texts)
+    single = CleaningPipeline(CONFIG).run(copy.deepcopy(docs), "x", DedupIndex())
+    out, kept, _ = _run(copy.deepcopy(docs), chunk_docs=1000)
+    assert kept == [d.id for d in single.kept]
+    assert out.counts["dropped"] == len(single.dropped) == 2
+
+
+def test_duplicates_are_found_across_chunks_and_counts_add_up():
+    base = _corpus(21, 6)
+    texts = base + [base[2], _edit(base[3], 100, 5, 456_000), *_corpus(22, 3)]
+    out, kept, shards = _run(_docs("x", texts), chunk_docs=4, max_shard_bytes=6000)
+    assert out.chunks == 3
+    assert sorted(kept) == sorted(f"x-{i}" for i in range(len(texts)) if i not in (6, 7))
+    reasons = sorted(r for r in out.dropped_by_reason)
+    assert reasons == ["exact_dedup:exact_duplicate_of", "minhash_dedup:near_duplicate_of"]
+    assert out.counts["in"] == len(texts) == out.counts["kept"] + out.counts["dropped"] + out.counts["quarantined"]
+    assert len(shards) > 1, "shards are cut by size while the batch streams"
+
+
+def test_a_late_duplicate_is_retracted_from_an_uploaded_shard():
+    texts = _corpus(23, 5)
+
+    class TakenFirst(DedupIndex):
+        def commit_batch(self, batch_id, doc_ids, *args, **kwargs):
+            return {1: "exact_duplicate_of:other/doc-9"}  # another batch committed x-1 meanwhile
+
+    out, kept, _ = _run(_docs("x", texts), chunk_docs=2, index=TakenFirst(), max_shard_bytes=100)
+    assert "x-1" not in kept and len(kept) == 4
+    assert out.counts["kept"] == 4 and out.counts["dropped"] == 1
+    assert out.dropped_by_reason["index_commit:exact_duplicate_of"] == 1
+
+
+def test_empty_batch():
+    out, kept, shards = _run([], chunk_docs=10)
+    assert (out.counts["in"], kept, shards) == (0, [], [])
