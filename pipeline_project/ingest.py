@@ -1,10 +1,12 @@
 """Batches of raw S3 objects: the immutable manifest that defines one `raw_text` partition.
 
-Plain Python over a boto3 client; the Dagster sensor and assets call into it.
+Plain Python over a boto3 client; the Dagster sensor and assets call into it. Import-light on purpose (the
+sensor runs in the code server): the cleaning library is imported only where a batch is read.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -24,8 +26,18 @@ class ObjectChangedError(IngestError):
     """An object of a manifest was overwritten after the manifest was written."""
 
 
-SUPPORTED_SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".json.gz", ".jsonl.gz", ".jsonl.zst", ".html")
+class UnsafeKeyError(IngestError, ValueError):
+    """An S3 key that cannot become a local path safely (absolute, `..`, empty or odd components)."""
+
+
 MANIFEST_PREFIX = "manifests/"
+# Reasons `iter_batch_items` gives on top of the readers' (`cleaning.readers.REASONS`)
+INGEST_REASONS = {
+    "object_missing": "the object was deleted between the sensor's listing and the run (NoSuchKey)",
+    "object_changed": "the object was overwritten after the manifest was written (another etag)",
+}
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
 
 
 @dataclass(frozen=True)
@@ -78,7 +90,10 @@ class BatchManifest:
 
 
 def is_supported(key: str) -> bool:
-    return key.lower().endswith(SUPPORTED_SUFFIXES)
+    """Whether the readers have a format for the key: `cleaning.readers.SUPPORTED_SUFFIXES`, the one list."""
+    from pipeline_project.cleaning.readers import is_supported as readers_support
+
+    return readers_support(key)
 
 
 def manifest_key(batch_id: str) -> str:
@@ -172,27 +187,76 @@ def plan_batch(listing: list[dict], cursor: SensorCursor, max_objects: int) -> t
     return taken, SensorCursor(since=since, edge_keys=tuple(edge))
 
 
-def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
-    """Every document (or quarantine record) of a batch, in manifest order.
+def _object_record(record_type, key: str, reason: str, detail: str):
+    return record_type(id=key, source=key, reason=reason, detail=detail)
 
-    An object with an unsupported suffix, or one overwritten since the manifest was written,
-    becomes one quarantine record, so the batch's counts still account for it. Network errors
-    propagate, for the asset's retry policy.
+
+def _error_code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
+    """Every document (or quarantine record) of a batch, in manifest order; at least one record per object.
+
+    An object with an unsupported suffix, one larger than `reader.max_decompressed_bytes`, one deleted since the
+    sensor listed it (`object_missing`) or overwritten since the manifest was written (`object_changed`) becomes
+    one quarantine record, and the batch goes on. Other errors (network, permissions) propagate, so the asset's
+    retry policy applies; `read_object` itself never raises on input.
     """
     from pipeline_project.cleaning import Quarantined, read_object
 
+    limit = config.reader.max_decompressed_bytes
     for obj in manifest.objects:
+        quarantine = functools.partial(_object_record, Quarantined, obj.key)
         if not is_supported(obj.key):
-            yield Quarantined(
-                id=obj.key,
-                source=obj.key,
-                reason="unsupported_format",
-                detail=f"suffix not one of {', '.join(SUPPORTED_SUFFIXES)}",
-            )
+            yield quarantine("unsupported_format", "no reader for this suffix (readers.SUPPORTED_SUFFIXES)")
+            continue
+        if obj.size > limit:
+            yield quarantine("object_too_large", f"{obj.size} bytes > {limit}")
             continue
         try:
             data = fetch_object(client, manifest.bucket, obj)
         except ObjectChangedError as exc:
-            yield Quarantined(id=obj.key, source=obj.key, reason="object_changed", detail=str(exc))
+            yield quarantine("object_changed", str(exc))
             continue
+        except client.exceptions.NoSuchKey:
+            yield quarantine("object_missing", f"s3://{manifest.bucket}/{obj.key} no longer exists")
+            continue
+        except client.exceptions.ClientError as exc:
+            code = _error_code(exc)
+            if code in _MISSING_CODES:
+                yield quarantine("object_missing", f"s3://{manifest.bucket}/{obj.key} no longer exists ({code})")
+                continue
+            if code in _CHANGED_CODES:
+                yield quarantine("object_changed", f"s3://{manifest.bucket}/{obj.key} changed ({code})")
+                continue
+            raise
         yield from read_object(obj.key, data, config)
+
+
+def key_components(key: str) -> list[str]:
+    """The `/`-separated components of an S3 key that is to become a relative local path.
+
+    Raises UnsafeKeyError for an absolute key, a `.` / `..` / empty component, a backslash, or a NUL or other
+    control character, so that no key can point outside the directory it is written under.
+    """
+    if not key or key.startswith("/"):
+        raise UnsafeKeyError(f"key {key!r} is absolute or empty; it must be a relative path")
+    if "\\" in key or any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        raise UnsafeKeyError(f"key {key!r} holds a backslash or a control character")
+    parts = key.split("/")
+    bad = [p for p in parts if p in ("", ".", "..")]
+    if bad:
+        raise UnsafeKeyError(f"key {key!r} has a {bad[0]!r} component; keys must not climb out of their directory")
+    return parts
+
+
+def key_to_path(root, key: str):
+    """`root / key` as a Path, refusing (UnsafeKeyError) any key that would land outside `root`."""
+    from pathlib import Path
+
+    base = Path(root).resolve()
+    target = base.joinpath(*key_components(key))
+    if not target.resolve().is_relative_to(base):
+        raise UnsafeKeyError(f"key {key!r} resolves outside {base} (through a symlink)")
+    return target

@@ -1,6 +1,23 @@
 from datetime import datetime, timedelta, timezone
 
-from pipeline_project.ingest import BatchManifest, RawObject, SensorCursor, make_batch_id, plan_batch
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from pipeline_project.cleaning import CleaningConfig, Document, Quarantined
+from pipeline_project.cleaning.config import ReaderConfig
+from pipeline_project.ingest import (
+    BatchManifest,
+    RawObject,
+    SensorCursor,
+    UnsafeKeyError,
+    is_supported,
+    iter_batch_items,
+    key_components,
+    key_to_path,
+    make_batch_id,
+    plan_batch,
+)
+from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -50,3 +67,139 @@ def test_manifest_round_trip():
     m = BatchManifest(batch_id="b1", bucket="pipeline", objects=(RawObject.from_listing(obj("raw/a", 1)),))
     assert BatchManifest.from_json(m.to_json()) == m
     assert m.total_bytes == 10
+
+
+# ---- objects that vanish or change between the sensor tick and the run --------------------------------
+
+BUCKET = "pipeline"
+
+
+class FlakyS3Client(MemoryS3Client):
+    """Raises `errors[key]` from get_object for the keys named, like S3 or the network would."""
+
+    def __init__(self, objects, errors):
+        super().__init__(objects)
+        self.errors = errors
+
+    def get_object(self, Bucket, Key, **kw):
+        if Key in self.errors:
+            raise self.errors[Key]
+        return super().get_object(Bucket, Key, **kw)
+
+
+def _store(files: dict[str, bytes]) -> dict:
+    objects: dict = {}
+    client = MemoryS3Client(objects)
+    for key, body in files.items():
+        client.put_object(Bucket=BUCKET, Key=key, Body=body)
+    return objects
+
+
+def _manifest(objects: dict) -> BatchManifest:
+    listing = MemoryS3Client(objects).list_objects_v2(Bucket=BUCKET)["Contents"]
+    raws = tuple(RawObject.from_listing(o) for o in listing)
+    return BatchManifest(batch_id=make_batch_id(list(raws)), bucket=BUCKET, objects=raws)
+
+
+FILES = {
+    "raw/a.jsonl": b'{"text": "alpha"}\n{"text": "beta"}\n',
+    "raw/b.txt": b"bravo",
+    "raw/c.jsonl": b'{"text": "gamma"}\n',
+}
+
+
+def _outcome(items) -> list[tuple[str, str]]:
+    return [(i.id, i.reason if isinstance(i, Quarantined) else "doc") for i in items]
+
+
+def test_an_object_deleted_after_the_manifest_is_quarantined_and_the_rest_is_read():
+    objects = _store(FILES)
+    manifest = _manifest(objects)
+    del objects[(BUCKET, "raw/b.txt")]
+    items = list(iter_batch_items(MemoryS3Client(objects), manifest, CleaningConfig()))
+    assert _outcome(items) == [
+        ("raw/a.jsonl#1", "doc"),
+        ("raw/a.jsonl#2", "doc"),
+        ("raw/b.txt", "object_missing"),
+        ("raw/c.jsonl#1", "doc"),
+    ]
+
+
+def test_an_object_overwritten_after_the_manifest_is_quarantined_and_the_rest_is_read():
+    objects = _store(FILES)
+    manifest = _manifest(objects)
+    MemoryS3Client(objects).put_object(Bucket=BUCKET, Key="raw/a.jsonl", Body=b'{"text": "new"}\n')
+    items = list(iter_batch_items(MemoryS3Client(objects), manifest, CleaningConfig()))
+    assert _outcome(items) == [("raw/a.jsonl", "object_changed"), ("raw/b.txt", "doc"), ("raw/c.jsonl#1", "doc")]
+
+
+def _client_error(code: str, status: int) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Get"
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "reason"),
+    [
+        ("404", 404, "object_missing"),
+        ("NotFound", 404, "object_missing"),
+        ("PreconditionFailed", 412, "object_changed"),
+    ],
+)
+def test_missing_or_changed_as_plain_client_errors(code, status, reason):
+    objects = _store(FILES)
+    client = FlakyS3Client(objects, {"raw/b.txt": _client_error(code, status)})
+    items = list(iter_batch_items(client, _manifest(objects), CleaningConfig()))
+    assert ("raw/b.txt", reason) in _outcome(items) and len(items) == 4
+
+
+@pytest.mark.parametrize(
+    "error",
+    [_client_error("AccessDenied", 403), _client_error("SlowDown", 503), EndpointConnectionError(endpoint_url="x")],
+)
+def test_other_errors_propagate_for_the_retry_policy(error):
+    objects = _store(FILES)
+    client = FlakyS3Client(objects, {"raw/b.txt": error})
+    with pytest.raises(type(error)):
+        list(iter_batch_items(client, _manifest(objects), CleaningConfig()))
+
+
+def test_an_object_over_the_size_cap_is_quarantined_without_downloading_it():
+    objects = _store({"raw/big.jsonl": b'{"text": "x"}\n' * 100, "raw/small.txt": b"ok"})
+    boom = AssertionError("downloaded")
+    client = FlakyS3Client(objects, {"raw/big.jsonl": boom})
+    config = CleaningConfig(reader=ReaderConfig(max_decompressed_bytes=1000))
+    items = list(iter_batch_items(client, _manifest(objects), config))
+    assert _outcome(items) == [("raw/big.jsonl", "object_too_large"), ("raw/small.txt", "doc")]
+    assert isinstance(items[1], Document)
+
+
+def test_unsupported_suffixes_are_one_record_each_and_never_downloaded():
+    objects = _store({"raw/x.bin": b"\x00", "raw/y.pdf": b"%PDF"})
+    client = FlakyS3Client(objects, {k: AssertionError("downloaded") for _, k in objects})
+    assert _outcome(iter_batch_items(client, _manifest(objects), CleaningConfig())) == [
+        ("raw/x.bin", "unsupported_format"),
+        ("raw/y.pdf", "unsupported_format"),
+    ]
+    assert is_supported("raw/Z.JSONL.ZST") and not is_supported("raw/z.jsonl.bz2")
+
+
+# ---- keys that become local paths ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key", ["../etc/passwd", "a/../../b.txt", "/abs/x.txt", "a//b.txt", "a/./b.txt", "", "a\\..\\b.txt", "a\x00b.txt"]
+)
+def test_unsafe_keys_are_refused(key, tmp_path):
+    with pytest.raises(UnsafeKeyError):
+        key_components(key)
+    with pytest.raises(UnsafeKeyError):
+        key_to_path(tmp_path, key)
+
+
+def test_safe_keys_become_paths_under_the_root(tmp_path):
+    assert key_to_path(tmp_path, "raw/naïve 文件 🎉.txt") == tmp_path.resolve() / "raw" / "naïve 文件 🎉.txt"
+    (tmp_path / "out").symlink_to("/")
+    with pytest.raises(UnsafeKeyError, match="symlink"):
+        key_to_path(tmp_path, "out/etc/passwd")

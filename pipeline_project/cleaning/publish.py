@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import zstandard
@@ -22,7 +23,9 @@ import zstandard
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex
 from pipeline_project.cleaning.pipeline import CleaningResult
+from pipeline_project.cleaning.records import MAX_DETAIL_CHARS, Dropped, Quarantined
 from pipeline_project.cleaning.shards import write_shards
+from pipeline_project.cleaning.steps.pii import mask_pii
 
 MANIFEST_NAME = "manifest.json"
 EXCLUSIONS_NAME = "excluded.jsonl.zst"
@@ -92,17 +95,41 @@ def _jsonl_zst(records: list[dict]) -> bytes:
     return zstandard.ZstdCompressor(level=3).compress(raw.getvalue())
 
 
-def exclusion_records(result: CleaningResult) -> list[dict]:
-    """One record per dropped or quarantined document, with the step and reason that removed it."""
-    dropped = [
-        {"id": d.id, "source": d.source, "kind": "dropped", "step": d.step, "reason": d.reason, "text": d.text}
-        for d in result.dropped
+def exclusion_records_of(dropped: list[Dropped], quarantined: list[Quarantined], config: CleaningConfig) -> list[dict]:
+    """One record per dropped or quarantined document, with the step and reason that removed it.
+
+    The sink keeps no PII that the shards mask: with the PII step on, a dropped document's text goes through the
+    same `mask_pii` as kept text (documents dropped before the PII step, or for `too_many_pii`, were never
+    masked), and so does a quarantine detail, which is also cut short (`records.MAX_DETAIL_CHARS`).
+    """
+
+    def masked(text: str) -> str:
+        return mask_pii(text, config.pii)[0] if config.pii.enabled else text
+
+    return [
+        {"id": d.id, "source": d.source, "kind": "dropped", "step": d.step, "reason": d.reason, "text": masked(d.text)}
+        for d in dropped
+    ] + [
+        {
+            "id": q.id,
+            "source": q.source,
+            "kind": "quarantined",
+            "step": "read",
+            "reason": q.reason,
+            "detail": masked(q.detail)[:MAX_DETAIL_CHARS],
+        }
+        for q in quarantined
     ]
-    quarantined = [
-        {"id": q.id, "source": q.source, "kind": "quarantined", "step": "read", "reason": q.reason, "detail": q.detail}
-        for q in result.quarantined
-    ]
-    return dropped + quarantined
+
+
+def exclusion_records(result: CleaningResult, config: CleaningConfig) -> list[dict]:
+    """The exclusion records of a whole batch result (see `exclusion_records_of`)."""
+    return exclusion_records_of(result.dropped, result.quarantined, config)
+
+
+def exclusion_recorder(config: CleaningConfig) -> Callable[[list[Dropped], list[Quarantined]], list[dict]]:
+    """`exclusion_records_of` bound to a config: the `exclusion_records` callable `stream.StreamingCleaner` takes."""
+    return lambda dropped, quarantined: exclusion_records_of(dropped, quarantined, config)
 
 
 def manifest_key(shard_dir: str) -> str:
@@ -135,7 +162,7 @@ def publish_batch(
             )
         )
     exclusions_key = f"{exclusions_dir}{EXCLUSIONS_NAME}"
-    client.put_object(Bucket=bucket, Key=exclusions_key, Body=_jsonl_zst(exclusion_records(result)))
+    client.put_object(Bucket=bucket, Key=exclusions_key, Body=_jsonl_zst(exclusion_records(result, config)))
     manifest = ShardManifest(
         batch_id=batch_id,
         config_version=config.version,
@@ -196,3 +223,72 @@ def verify_published(client, bucket: str, manifest: ShardManifest) -> list[str]:
         if n != entry.docs:
             problems.append(f"{entry.key}: {n} docs, manifest says {entry.docs}")
     return problems
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """Everything `write_prepared` puts in S3 for one batch, built in memory: nothing is written yet.
+
+    `manifest_sha256` is the fingerprint of the manifest as it will be stored, known before any write, so a
+    caller can refuse a batch (for example one the token ledger holds with other content) and leave no trace.
+    """
+
+    manifest: ShardManifest
+    manifest_key: str
+    manifest_body: bytes
+    shard_data: tuple[bytes, ...]  # in the order of manifest.shards
+    exclusions_body: bytes
+
+    @property
+    def manifest_sha256(self) -> str:
+        return hashlib.sha256(self.manifest_body).hexdigest()
+
+
+def prepare_batch(
+    *,
+    batch_id: str,
+    shard_dir: str,
+    exclusions_dir: str,
+    result: CleaningResult,
+    config: CleaningConfig,
+    input_keys: list[str],
+) -> PreparedBatch:
+    """The shards, exclusion sink and manifest `publish_batch` would write, as bytes (pure: no I/O)."""
+    shards = write_shards(result.kept)
+    entries = tuple(
+        ShardEntry(
+            key=f"{shard_dir}{shard.name}",
+            docs=shard.docs,
+            raw_bytes=shard.raw_bytes,
+            bytes=len(shard.data),
+            sha256=hashlib.sha256(shard.data).hexdigest(),
+        )
+        for shard in shards
+    )
+    manifest = ShardManifest(
+        batch_id=batch_id,
+        config_version=config.version,
+        config_hash=config.config_hash(),
+        input_keys=tuple(input_keys),
+        counts=dict(result.counts),
+        shards=entries,
+        exclusions=f"{exclusions_dir}{EXCLUSIONS_NAME}",
+    )
+    return PreparedBatch(
+        manifest=manifest,
+        manifest_key=manifest_key(shard_dir),
+        manifest_body=manifest.to_json(),
+        shard_data=tuple(shard.data for shard in shards),
+        exclusions_body=_jsonl_zst(exclusion_records(result, config)),
+    )
+
+
+def write_prepared(client, bucket: str, prepared: PreparedBatch) -> PublishedBatch:
+    """Write a prepared batch: the shards, the exclusion sink and, last, the manifest (as `publish_batch`)."""
+    for entry, data in zip(prepared.manifest.shards, prepared.shard_data, strict=True):
+        client.put_object(Bucket=bucket, Key=entry.key, Body=data)
+    client.put_object(Bucket=bucket, Key=prepared.manifest.exclusions, Body=prepared.exclusions_body)
+    client.put_object(Bucket=bucket, Key=prepared.manifest_key, Body=prepared.manifest_body)
+    return PublishedBatch(
+        manifest=prepared.manifest, manifest_key=prepared.manifest_key, manifest_sha256=prepared.manifest_sha256
+    )

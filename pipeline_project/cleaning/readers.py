@@ -1,90 +1,133 @@
 """Turn one raw object (key + bytes) into Documents, or Quarantined records for what cannot be read.
 
-Nothing here raises on bad input: every failure becomes a Quarantined record with a short reason.
+The guarantee: `read_object` never raises on input, and every object yields at least one record. A failure
+of one record (a JSONL line) quarantines that record and the rest of the object is still read; a failure of
+the object quarantines the object. Each Quarantined carries one short machine reason from `REASONS`, and a
+`detail` that never quotes the input beyond a short, PII-masked snippet. Every Document's text and meta can be
+encoded as UTF-8 and JSON (lone surrogates are replaced with U+FFFD at read time).
+
+Formats: `SUPPORTED_SUFFIXES` is the one list; `ingest.is_supported` and the dispatch here both use it.
+
+    .txt            one document per object
+    .jsonl, .json   JSON Lines: one JSON object per line, its `reader.text_field` string is the document.
+                    `.json` means the same (a pretty-printed JSON file is quarantined line by line)
+    .html, .htm     one document per object, extracted with trafilatura when `reader.extract_html`;
+                    otherwise quarantined `html_extraction_disabled`
+
+each plain or compressed (.gz, .zst, .zstd; see `archives.py`). Magic bytes decide the codec, so gzip content
+under a .jsonl name is read. UTF-8 (with or without BOM), UTF-16 and UTF-32 (with a BOM, or recognised by where
+their NUL bytes fall) are read; other encodings are detected with charset-normalizer.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import math
+import re
 import zlib
 from collections.abc import Iterator
 
 import zstandard
 
+from pipeline_project.cleaning.archives import COMPRESSION_SUFFIXES, codec_of, inflate
 from pipeline_project.cleaning.config import CleaningConfig, ReaderConfig
+from pipeline_project.cleaning.encodings import decode_bytes, repair_surrogates, transcode_wide
 from pipeline_project.cleaning.errors import DecompressedTooLargeError, TruncatedArchiveError, UndecodableError
 from pipeline_project.cleaning.records import Document, Quarantined
+from pipeline_project.cleaning.steps.pii import mask_pii
 
-_CHUNK = 1 << 20
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
+# suffix -> how the (decompressed) bytes are parsed
+FORMATS = {".txt": "text", ".jsonl": "jsonl", ".json": "jsonl", ".html": "html", ".htm": "html"}
+SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(base + comp for base in FORMATS for comp in ("", *COMPRESSION_SUFFIXES))
+
+REASONS = {
+    "unsupported_format": "the key's suffix is not one of SUPPORTED_SUFFIXES",
+    "html_extraction_disabled": "an .html / .htm object while reader.extract_html is off",
+    "html_extraction_failed": "trafilatura raised on the page",
+    "object_too_large": "the object is larger than reader.max_decompressed_bytes",
+    "corrupt_archive": "gzip / zstd data that cannot be decompressed",
+    "truncated_archive": "the archive ends before its end marker (complete JSONL lines before the cut are kept)",
+    "decompressed_too_large": "the archive inflates past reader.max_decompressed_bytes (checked while inflating)",
+    "empty_object": "the object holds nothing but whitespace",
+    "nul_bytes": "NUL bytes in text (a JSONL line, or a .txt / .html object)",
+    "binary_content": "more control bytes than reader.max_control_byte_fraction: not text",
+    "undecodable": "no text encoding fits (or a UTF-16/32 BOM with invalid data after it)",
+    "document_too_large": "a .txt / .html document larger than reader.max_document_bytes",
+    "line_too_long": "a line longer than reader.max_line_bytes",
+    "bad_json_line": "a JSONL line that is not valid JSON",
+    "json_too_deep": "a JSONL line nested deeper than the JSON parser's recursion limit",
+    "not_an_object": "a JSONL line that is valid JSON but not an object",
+    "missing_text_field": "a JSON object without reader.text_field",
+    "text_not_string": "a JSON object whose reader.text_field is not a string",
+    "reader_error": "any other failure while reading (a bug to report; the detail names the exception)",
+}
+
+_DETAIL_CHARS = 120
+_NON_SPACE = re.compile(rb"[^ \t\n\r\x0b\x0c]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # for details; documents go through repair_surrogates
+# NUL is left out: it has a reason of its own (`nul_bytes`), checked first
+_CONTROL = frozenset([*range(0x01, 0x09), *range(0x0E, 0x20), 0x7F])
+_NOT_CONTROL = bytes(b for b in range(256) if b not in _CONTROL)
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
 
 
-def _inflate(data: bytes, new_decoder, limit: int) -> bytes:
-    """Decompress all concatenated members/frames; raise TruncatedArchiveError with what was recovered."""
-    out = bytearray()
-    rest = data
-    while rest:
-        dec = new_decoder()
-        for start in range(0, len(rest), _CHUNK):
-            out += dec.decompress(rest[start : start + _CHUNK])
-            if len(out) > limit:
-                raise DecompressedTooLargeError(f"inflates past {limit} bytes")
-            if dec.eof:
-                break
-        if not dec.eof:
-            raise TruncatedArchiveError(bytes(out))
-        rest = dec.unused_data
-    return bytes(out)
-
-
-def decompress(key: str, data: bytes, limit: int) -> bytes:
+def split_suffix(key: str) -> tuple[str, str | None] | None:
+    """(format, codec named by the suffix) for a supported key, else None. Case-insensitive."""
     lower = key.lower()
-    if lower.endswith(".gz"):
-        return _inflate(data, lambda: zlib.decompressobj(wbits=31), limit)
-    if lower.endswith(".zst") or lower.endswith(".zstd"):
-        return _inflate(data, lambda: zstandard.ZstdDecompressor().decompressobj(), limit)
-    return data
-
-
-def decode_bytes(data: bytes, cfg: ReaderConfig) -> tuple[str, str]:
-    """Return (text, encoding). Strict UTF-8, then lossy UTF-8 for a few bad bytes, then detection."""
-    for bom, name in _BOMS:
-        if data.startswith(bom):
-            try:
-                return data.decode(name), name
-            except UnicodeDecodeError:
-                break
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    lossy = data.decode("utf-8", errors="replace")
-    if lossy.count("\ufffd") <= cfg.max_invalid_utf8_fraction * max(len(data), 1):
-        return lossy, "utf-8-lossy"
-    from charset_normalizer import from_bytes
-
-    best = from_bytes(data).best()
-    if best is None or best.encoding is None:
-        raise UndecodableError("no encoding fits")
-    return str(best), best.encoding
-
-
-def _strip_ext(key: str) -> str:
-    lower = key.lower()
-    for ext in (".gz", ".zst", ".zstd"):
+    codec = None
+    for ext, name in COMPRESSION_SUFFIXES.items():
         if lower.endswith(ext):
-            return lower[: -len(ext)]
-    return lower
+            lower, codec = lower[: -len(ext)], name
+            break
+    for ext, fmt in FORMATS.items():
+        if lower.endswith(ext):
+            return fmt, codec
+    return None
 
 
-def _longest_line(data: bytes) -> int:
+def is_supported(key: str) -> bool:
+    return split_suffix(key) is not None
+
+
+def format_of(key: str) -> str:
+    """The supported suffix a key ends with (`.jsonl.gz`), or "other"; for metadata."""
+    lower = key.lower()
+    return max((s for s in SUPPORTED_SUFFIXES if lower.endswith(s)), key=len, default="other")
+
+
+# ---- small helpers -------------------------------------------------------------------------------------
+
+
+def detail(text: str, config: CleaningConfig) -> str:
+    """A quarantine detail: short, one line, PII-masked, encodable. Never more of the input than this."""
+    text = _SURROGATE.sub("\ufffd", " ".join(str(text).split()))[: _DETAIL_CHARS * 2]
+    if config.pii.enabled:
+        text = mask_pii(text, config.pii)[0]
+    return text[:_DETAIL_CHARS]
+
+
+def _exc_detail(exc: BaseException, config: CleaningConfig) -> str:
+    return detail(f"{type(exc).__name__}: {exc}", config)
+
+
+def _document(doc_id: str, text: str, source: str, meta: dict) -> Document:
+    text, repaired = repair_surrogates(text)
+    if repaired:
+        meta["repaired"] = {"lone_surrogates": repaired}
+    return Document(id=doc_id, text=text, source=source, meta=meta)
+
+
+def _is_blank(data: bytes | bytearray, start: int = 0, end: int | None = None) -> bool:
+    return _NON_SPACE.search(data, start, len(data) if end is None else end) is None
+
+
+def _is_binary(data: bytes | bytearray, cfg: ReaderConfig) -> bool:
+    controls = len(data.translate(None, _NOT_CONTROL))  # what is left are the control bytes: no big copy
+    return controls > cfg.max_control_byte_fraction * len(data)
+
+
+def _longest_line(data: bytes | bytearray) -> int:
     longest, start = 0, 0
     while True:
         end = data.find(b"\n", start)
@@ -94,97 +137,198 @@ def _longest_line(data: bytes) -> int:
         start = end + 1
 
 
-def _has_nul(data: bytes) -> bool:
-    # UTF-16/32 text carries NUL bytes legitimately
-    return b"\x00" in data and not data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+# ---- formats -------------------------------------------------------------------------------------------
 
 
-def _read_text(key: str, data: bytes, cfg: ReaderConfig) -> Iterator[Document | Quarantined]:
-    if _has_nul(data):
-        yield Quarantined(key, key, "nul_bytes", f"{data.count(0)} NUL bytes")
-        return
+def _read_text(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None):
+    cfg = config.reader
     if len(data) > cfg.max_line_bytes and _longest_line(data) > cfg.max_line_bytes:
         yield Quarantined(key, key, "line_too_long", f"a line over {cfg.max_line_bytes} bytes")
         return
     try:
-        text, encoding = decode_bytes(data, cfg)
+        text, found = decode_bytes(data, cfg)
     except UndecodableError as exc:
-        yield Quarantined(key, key, "undecodable", str(exc))
+        yield Quarantined(key, key, "undecodable", detail(str(exc), config))
         return
-    yield Document(id=key, text=text, source=key, meta={"encoding": encoding})
+    if not text or text.isspace():
+        yield Quarantined(key, key, "empty_object", "whitespace only")
+        return
+    yield _document(key, text, key, {"encoding": encoding or found})
 
 
-def _read_jsonl(key: str, data: bytes, cfg: ReaderConfig) -> Iterator[Document | Quarantined]:
-    field = cfg.text_field
-    for line_no, line in enumerate(data.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        doc_id = f"{key}#{line_no}"
-        if len(line) > cfg.max_line_bytes:
-            yield Quarantined(doc_id, key, "line_too_long", f"{len(line)} bytes > {cfg.max_line_bytes}")
-            continue
-        if _has_nul(line):
-            yield Quarantined(doc_id, key, "nul_bytes", "raw NUL byte in a JSON line")
-            continue
-        try:
-            raw, encoding = decode_bytes(line, cfg)
-        except UndecodableError as exc:
-            yield Quarantined(doc_id, key, "undecodable", str(exc))
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            yield Quarantined(doc_id, key, "bad_json_line", str(exc)[:200])
-            continue
-        if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
-            yield Quarantined(doc_id, key, "missing_text_field", f"no string field {field!r}")
-            continue
-        fields = {k: v for k, v in obj.items() if k != field and isinstance(v, str | int | float | bool)}
-        yield Document(id=doc_id, text=obj[field], source=key, meta={"encoding": encoding, "fields": fields})
-
-
-def _read_html(key: str, data: bytes, cfg: ReaderConfig) -> Iterator[Document | Quarantined]:
+def _read_html(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None):
     try:
-        html, encoding = decode_bytes(data, cfg)
+        html, found = decode_bytes(data, config.reader)
     except UndecodableError as exc:
-        yield Quarantined(key, key, "undecodable", str(exc))
+        yield Quarantined(key, key, "undecodable", detail(str(exc), config))
         return
-    import trafilatura
+    if not html or html.isspace():
+        yield Quarantined(key, key, "empty_object", "whitespace only")
+        return
+    try:
+        import trafilatura
 
-    text = trafilatura.extract(html, include_comments=False, include_tables=True, favor_recall=False) or ""
-    yield Document(id=key, text=text, source=key, meta={"encoding": encoding, "extracted_from": "html"})
+        text = trafilatura.extract(html, include_comments=False, include_tables=True, favor_recall=False) or ""
+    except Exception as exc:  # noqa: BLE001 - lxml / trafilatura failures on hostile HTML quarantine the page
+        yield Quarantined(key, key, "html_extraction_failed", _exc_detail(exc, config))
+        return
+    yield _document(key, text, key, {"encoding": encoding or found, "extracted_from": "html"})
+
+
+def _fields(obj: dict, text_field: str, config: CleaningConfig) -> dict:
+    """The scalar fields beside the text, carried into the shards' meta["fields"].
+
+    Strings are PII-masked exactly as the text is (when the PII step is on), so the shards never keep in meta
+    what they mask in the text; non-finite floats (NaN, Infinity) and nested values are left out.
+    """
+    fields = {}
+    for k, v in obj.items():
+        if k == text_field:
+            continue
+        if isinstance(v, str):
+            v = repair_surrogates(v)[0]
+            if config.pii.enabled:
+                v = mask_pii(v, config.pii)[0]
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                continue
+        elif not isinstance(v, int):  # bool is an int
+            continue
+        fields[repair_surrogates(k)[0]] = v
+    return fields
+
+
+def _json_record(doc_id: str, key: str, line: bytes | bytearray, config: CleaningConfig, encoding: str | None):
+    cfg = config.reader
+
+    def quarantine(reason: str, text: str) -> Quarantined:
+        return Quarantined(doc_id, key, reason, text)
+
+    if b"\x00" in line:
+        return quarantine("nul_bytes", "raw NUL byte in a JSON line")
+    try:
+        raw, found = decode_bytes(line, cfg)
+    except UndecodableError as exc:
+        return quarantine("undecodable", detail(str(exc), config))
+    try:
+        obj = json.loads(raw)
+    except RecursionError:
+        return quarantine("json_too_deep", "nested deeper than the JSON parser's recursion limit")
+    except ValueError as exc:  # JSONDecodeError, and int strings past sys.get_int_max_str_digits()
+        return quarantine("bad_json_line", detail(str(exc), config))
+    if not isinstance(obj, dict):
+        return quarantine("not_an_object", f"a JSON {_JSON_TYPES.get(type(obj), 'null')}, not an object")
+    field = cfg.text_field
+    if field not in obj:
+        return quarantine("missing_text_field", f"no field {field!r}")
+    text = obj[field]
+    if not isinstance(text, str):
+        return quarantine("text_not_string", f"{field!r} is a JSON {_JSON_TYPES.get(type(text), 'null')}")
+    fields = _fields(obj, field, config)
+    return _document(doc_id, text, key, {"encoding": encoding or found, "fields": fields})
+
+
+def _read_jsonl(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None):
+    """One record per non-blank line, numbered from 1; lines are measured in place and sliced only when kept."""
+    cap = config.reader.max_line_bytes
+    start, line_no, n = 0, 0, len(data)
+    while start < n:
+        end = data.find(b"\n", start)
+        end = n if end < 0 else end
+        line_no += 1
+        doc_id = f"{key}#{line_no}"
+        if not _is_blank(data, start, end):
+            if end - start > cap:
+                yield Quarantined(doc_id, key, "line_too_long", f"{end - start} bytes > {cap}")
+            else:
+                try:
+                    yield _json_record(doc_id, key, data[start:end], config, encoding)
+                except Exception as exc:  # noqa: BLE001 - one bad line never ends the object
+                    yield Quarantined(doc_id, key, "reader_error", _exc_detail(exc, config))
+        start = end + 1
+
+
+_PARSERS = {"text": _read_text, "jsonl": _read_jsonl, "html": _read_html}
+
+
+# ---- objects -------------------------------------------------------------------------------------------
+
+
+def _object_verdict(fmt: str, payload: bytes | bytearray, cfg: ReaderConfig) -> tuple[str, str] | None:
+    """(reason, detail) when the whole decompressed object is refused before parsing, else None."""
+    if fmt != "jsonl" and len(payload) > cfg.max_document_bytes:
+        return "document_too_large", f"{len(payload)} bytes > {cfg.max_document_bytes}"
+    if fmt != "jsonl" and b"\x00" in payload:
+        return "nul_bytes", f"{payload.count(0)} NUL bytes"
+    if _is_binary(payload, cfg):
+        return "binary_content", "control bytes: not text"
+    return None
+
+
+def _read(key: str, data: bytes | bytearray, config: CleaningConfig) -> Iterator[Document | Quarantined]:
+    cfg = config.reader
+
+    def quarantine(reason: str, text: str) -> Quarantined:
+        return Quarantined(key, key, reason, text)
+
+    kind = split_suffix(key)
+    if kind is None:
+        yield quarantine("unsupported_format", "no reader for this suffix (readers.SUPPORTED_SUFFIXES)")
+        return
+    fmt, named_codec = kind
+    if fmt == "html" and not cfg.extract_html:
+        yield quarantine("html_extraction_disabled", "reader.extract_html is off")
+        return
+    if len(data) > cfg.max_decompressed_bytes:
+        yield quarantine("object_too_large", f"{len(data)} bytes > {cfg.max_decompressed_bytes}")
+        return
+
+    truncated = False
+    codec = codec_of(data, named_codec)
+    payload: bytes | bytearray = data
+    if codec is not None and data:
+        try:
+            payload = inflate(data, codec, cfg.max_decompressed_bytes)
+        except TruncatedArchiveError as exc:
+            payload, truncated = exc.args[0], True
+        except DecompressedTooLargeError as exc:
+            yield quarantine("decompressed_too_large", detail(str(exc), config))
+            return
+        except (zlib.error, zstandard.ZstdError) as exc:
+            yield quarantine("corrupt_archive", f"{codec}: " + detail(str(exc), config))
+            return
+
+    try:
+        payload, encoding = transcode_wide(payload, truncated)
+    except UndecodableError as exc:
+        yield quarantine("undecodable", detail(str(exc), config))
+        return
+    if truncated:
+        # keep every complete JSONL line before the cut; the cut line, and a cut .txt / .html, are lost
+        payload = payload[: payload.rfind(b"\n") + 1] if fmt == "jsonl" else b""
+    elif _is_blank(payload, 3 if payload.startswith(codecs.BOM_UTF8) else 0):
+        yield quarantine("empty_object", f"{len(payload)} bytes of whitespace")
+        return
+
+    if payload:
+        verdict = _object_verdict(fmt, payload, cfg)
+        if verdict is None:
+            yield from _PARSERS[fmt](key, payload, config, encoding)
+        elif not truncated:  # of a cut archive, the cut is the one reason given
+            yield quarantine(*verdict)
+    if truncated:
+        yield quarantine("truncated_archive", "archive ended before its end marker")
 
 
 def read_object(key: str, data: bytes, config: CleaningConfig) -> Iterator[Document | Quarantined]:
-    """Read one raw object by its extension. Never raises on malformed input."""
-    cfg = config.reader
-    base = _strip_ext(key)
-    if base.endswith((".jsonl", ".json")):
-        parse = _read_jsonl
-    elif base.endswith(".txt"):
-        parse = _read_text
-    elif cfg.extract_html and base.endswith(cfg.html_extensions):
-        parse = _read_html
-    else:
-        yield Quarantined(key, key, "unsupported_format", f"no reader for {key!r}")
-        return
-    truncated = False
+    """Read one raw object by its extension. Never raises on input; yields at least one record per object."""
+    produced = False
     try:
-        payload = decompress(key, data, cfg.max_decompressed_bytes)
-    except TruncatedArchiveError as exc:
-        # keep every complete line that came before the cut; the cut line itself is lost
-        payload, truncated = exc.args[0], True
-        if parse is _read_jsonl:
-            payload = payload[: payload.rfind(b"\n") + 1]
-        else:
-            payload = b""
-    except DecompressedTooLargeError as exc:
-        yield Quarantined(key, key, "decompressed_too_large", str(exc))
-        return
-    except (zlib.error, zstandard.ZstdError) as exc:
-        yield Quarantined(key, key, "corrupt_archive", str(exc)[:200])
-        return
-    if payload:
-        yield from parse(key, payload, cfg)
-    if truncated:
-        yield Quarantined(key, key, "truncated_archive", "archive ended before its end marker")
+        for item in _read(key, data, config):
+            produced = True
+            yield item
+    except Exception as exc:  # noqa: BLE001 - the guarantee: the object is accounted for, the batch goes on
+        produced = True
+        yield Quarantined(key, key, "reader_error", _exc_detail(exc, config))
+    if not produced:
+        yield Quarantined(key, key, "empty_object", "no records")

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+# a quarantine reason is a short machine string: lower-case words joined by "_"
+REASON_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
+MAX_REASON_CHARS = 40
+MAX_DETAIL_CHARS = 200
 
 
 @dataclass
@@ -29,12 +35,22 @@ class Document:
 
 @dataclass(frozen=True)
 class Quarantined:
-    """Input that could not be read as a document. `reason` is a short machine reason."""
+    """Input that could not be read as a document.
+
+    `reason` is a short machine reason (`readers.REASONS`, `ingest.INGEST_REASONS`); `detail` is for people,
+    at most MAX_DETAIL_CHARS, and never holds document content beyond a short masked snippet.
+    """
 
     id: str
     source: str
     reason: str
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.reason) > MAX_REASON_CHARS or not REASON_PATTERN.fullmatch(self.reason):
+            raise ValueError(f"quarantine reason {self.reason!r} is not a short machine string")
+        if len(self.detail) > MAX_DETAIL_CHARS:
+            object.__setattr__(self, "detail", self.detail[: MAX_DETAIL_CHARS - 1] + "…")
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,25 @@ FINISHED = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
 def files_from_dir(source: Path, prefix: str) -> list[SampleFile]:
+    """Every file under `source`, keyed `prefix` + its relative path. A file reached through a symlink that
+    leads out of `source`, or whose relative path is not a safe key (`ingest.key_components`), is refused."""
+    from pipeline_project.ingest import UnsafeKeyError, key_components
+
+    root = source.resolve()
     files = [p for p in sorted(source.rglob("*")) if p.is_file()]
     if not files:
         raise SystemExit(f"--source {source}: no files found")
-    return [SampleFile(f"{prefix}{p.relative_to(source).as_posix()}", p.read_bytes()) for p in files]
+    out = []
+    for p in files:
+        rel = p.relative_to(source).as_posix()
+        if not p.resolve().is_relative_to(root):
+            raise SystemExit(f"--source {source}: {rel} is a symlink to {p.resolve()}, outside the directory")
+        try:
+            key_components(rel)
+        except UnsafeKeyError as err:
+            raise SystemExit(f"--source {source}: {err}") from None
+        out.append(SampleFile(f"{prefix}{rel}", p.read_bytes()))
+    return out
 
 
 def upload(settings: Settings, files: list[SampleFile]) -> None:

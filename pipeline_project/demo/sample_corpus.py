@@ -370,9 +370,10 @@ def describe(files: list[SampleFile]) -> str:
 
 
 def write_to_dir(files: list[SampleFile], root) -> None:
-    from pathlib import Path
+    """Each file at `root / key`; a key that would land outside `root` raises `ingest.UnsafeKeyError`."""
+    from pipeline_project.ingest import key_to_path
 
     for f in files:
-        p = Path(root) / f.key
+        p = key_to_path(root, f.key)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(f.data)

@@ -1,9 +1,10 @@
+import codecs
 import gzip
 import json
 
 import zstandard
 
-from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, read_object
+from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, read_object, read_shard, write_shards
 from pipeline_project.cleaning.config import ReaderConfig
 
 
@@ -78,19 +79,22 @@ def test_bad_json_lines_quarantined_and_batch_continues(config):
     assert [getattr(o, "reason", o.text if isinstance(o, Document) else None) for o in out] == [
         "a",
         "bad_json_line",
-        "missing_text_field",
+        "not_an_object",
         "b",
     ]
 
 
-def test_undecodable_bytes_quarantined(config):
+def test_binary_and_undecodable_bytes_quarantined(config):
     import random
 
     rng = random.Random(0)
-    data = bytes(rng.randrange(1, 256) for _ in range(3000))
-    [q] = read_object("u.txt", data, config)
-    assert isinstance(q, Quarantined) and q.reason == "undecodable"
-    out = list(read_object("u.jsonl", _jsonl("fine") + data.replace(b"\n", b" ") + b"\n", config))
+    binary = bytes(rng.randrange(1, 256) for _ in range(3000))  # ~11 % control bytes: not text
+    [q] = read_object("u.txt", binary, config)
+    assert isinstance(q, Quarantined) and q.reason == "binary_content"
+    high = bytes(rng.randrange(128, 256) for _ in range(3000))  # no encoding fits
+    [q] = read_object("u.txt", high, config)
+    assert q.reason == "undecodable"
+    out = list(read_object("u.jsonl", _jsonl("fine") + high.replace(b"\n", b" ") + b"\n", config))
     assert out[0].text == "fine" and out[1].reason == "undecodable"
 
 
@@ -111,8 +115,9 @@ def test_latin1_corpus_file_is_detected_and_converted(corpus, config):
 def test_unsupported_and_html_without_extraction(config):
     [q] = read_object("x.bin", b"data", config)
     assert q.reason == "unsupported_format"
-    [q] = read_object("page.html", b"<html></html>", config)
-    assert q.reason == "unsupported_format"
+    for key in ("page.html", "page.HTM", "page.html.gz"):
+        [q] = read_object(key, b"<html></html>", config)
+        assert q.reason == "html_extraction_disabled", key
 
 
 def test_html_extraction_when_configured():
@@ -123,3 +128,191 @@ def test_html_extraction_when_configured():
     ).encode()
     [doc] = read_object("p.html", html, cfg)
     assert "committee published" in doc.text and "<p>" not in doc.text
+
+
+# ---- one bad record never fails a batch (issue: bad input) ---------------------------------------------
+
+
+def _reasons(out) -> list[str]:
+    return [o.reason if isinstance(o, Quarantined) else "doc" for o in out]
+
+
+def test_deeply_nested_json_line_is_quarantined_and_the_rest_is_read(config):
+    deep = b'{"text": "x", "nested": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    out = list(read_object("deep.jsonl", _jsonl("before") + deep + b"[" * 50_000 + b"\n" + _jsonl("after"), config))
+    assert _reasons(out) == ["doc", "json_too_deep", "json_too_deep", "doc"]
+    assert [o.id for o in out] == [f"deep.jsonl#{i}" for i in (1, 2, 3, 4)]
+
+
+def test_lone_surrogates_are_replaced_so_every_later_step_can_encode_the_document(config):
+    line = b'{"text": "half an emoji \\ud83d here", "title": "t\\udc00", "\\ud800key": "v"}\n'
+    [doc] = read_object("s.jsonl", line, config)
+    assert doc.text == "half an emoji \ufffd here" and doc.meta["repaired"] == {"lone_surrogates": 1}
+    assert doc.meta["fields"] == {"title": "t\ufffd", "\ufffdkey": "v"}
+    [shard] = write_shards([doc])  # the shard writer encodes UTF-8 strictly
+    assert [r["text"] for r in read_shard(shard.data)] == [doc.text]
+    # a surrogate pair is a real character and is kept as one
+    [doc] = read_object("s.jsonl", b'{"text": "\\ud83d\\ude00"}\n', config)
+    assert doc.text == "\U0001f600" and "repaired" not in doc.meta
+
+
+def test_json_shape_problems_each_have_a_reason(config):
+    lines = b'"a string"\n7\nnull\n[{"text": "x"}]\n{"body": "x"}\n{"text": 5}\n{"text": null}\n{"text": ["x"]}\n'
+    assert _reasons(read_object("j.jsonl", lines, config)) == [
+        "not_an_object",
+        "not_an_object",
+        "not_an_object",
+        "not_an_object",
+        "missing_text_field",
+        "text_not_string",
+        "text_not_string",
+        "text_not_string",
+    ]
+
+
+def test_nan_and_nested_values_stay_out_of_meta_fields(config):
+    [doc] = read_object(
+        "n.jsonl", b'{"text": "t", "a": NaN, "b": Infinity, "c": [1], "d": {"e": 1}, "f": 2.5}\n', config
+    )
+    assert doc.meta["fields"] == {"f": 2.5}
+    json.dumps(doc.meta, allow_nan=False)
+
+
+def test_empty_and_whitespace_objects_are_records_too(config):
+    for key, data in [
+        ("e.txt", b""),
+        ("e.jsonl", b""),
+        ("w.txt", b" \n\t\r\n"),
+        ("w.jsonl", b"\n\n  \n"),
+        ("e.txt.gz", gzip.compress(b"")),
+        ("e.jsonl.zst", zstandard.ZstdCompressor().compress(b"\n")),
+        ("bom.txt", b"\xef\xbb\xbf"),
+        ("w16.txt", " \n ".encode("utf-16")),
+        ("ideographic.txt", "\u3000\u3000".encode()),
+    ]:
+        [q] = read_object(key, data, config)
+        assert isinstance(q, Quarantined) and q.reason == "empty_object" and q.id == key, key
+
+
+def test_utf16_and_utf32_with_and_without_a_bom(config):
+    text = "The harbour master had seen many ships come in under strange flags.\n"
+    for codec in ("utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"):
+        [doc] = read_object("w.txt", text.encode(codec), config)
+        assert doc.text == text, codec
+    [doc] = read_object("w.txt", codecs.BOM_UTF32_BE + text.encode("utf-32-be"), config)
+    assert doc.text == text and doc.meta["encoding"] == "utf-32"
+    lines = _jsonl("one", "two", "three").decode()
+    for codec in ("utf-16", "utf-16-le", "utf-32"):
+        docs = list(read_object("w.jsonl", lines.encode(codec), config))
+        assert [d.text for d in docs] == ["one", "two", "three"] and docs[0].meta["encoding"] == codec, codec
+    # a BOM that lies: an unpaired surrogate after a UTF-16 BOM
+    [q] = read_object("w.txt", codecs.BOM_UTF16_LE + "ab".encode("utf-16-le") + b"\x00\xd8", config)
+    assert q.reason == "undecodable"
+
+
+def test_gzip_or_zstd_content_under_a_plain_name_is_read(config):
+    payload = _jsonl("alpha", "beta")
+    for key, data in [
+        ("g.jsonl", gzip.compress(payload)),
+        ("z.jsonl", zstandard.ZstdCompressor().compress(payload)),
+        ("z.jsonl.gz", zstandard.ZstdCompressor().compress(payload)),
+        ("two-members.jsonl.gz", gzip.compress(_jsonl("alpha")) + gzip.compress(_jsonl("beta"))),
+    ]:
+        assert [d.text for d in read_object(key, data, config)] == ["alpha", "beta"], key
+    [q] = read_object("p.txt.gz", b"plain text, not gzip", config)
+    assert q.reason == "corrupt_archive"
+
+
+def test_gzip_without_its_trailer_keeps_every_line(config):
+    data = gzip.compress(_jsonl("one", "two"))[:-8]
+    assert _reasons(read_object("t.jsonl.gz", data, config)) == ["doc", "doc", "truncated_archive"]
+
+
+def test_decompression_bombs_are_capped_while_inflating():
+    import tracemalloc
+    import zlib
+
+    cfg = CleaningConfig(reader=ReaderConfig(max_decompressed_bytes=4 << 20))
+    zeros = b"\0" * (256 << 20)
+    gz = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bombs = {"b.jsonl.gz": gz.compress(zeros) + gz.flush(), "b.jsonl.zst": zstandard.ZstdCompressor().compress(zeros)}
+    del zeros
+    for key, bomb in bombs.items():
+        tracemalloc.start()
+        try:
+            [q] = read_object(key, bomb, cfg)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert q.reason == "decompressed_too_large", key
+        assert peak < 40 << 20, f"{key}: {peak >> 20} MiB allocated for a 4 MiB cap"
+
+
+def test_size_caps():
+    cfg = CleaningConfig(reader=ReaderConfig(max_document_bytes=1000, max_decompressed_bytes=10_000))
+    [q] = read_object("big.txt", b"word " * 300, cfg)
+    assert q.reason == "document_too_large"
+    [q] = read_object("big.jsonl", _jsonl("x" * 20_000), cfg)
+    assert q.reason == "object_too_large"
+    [q] = read_object("big.jsonl.gz", gzip.compress(_jsonl("x" * 20_000)), cfg)
+    assert q.reason == "decompressed_too_large"
+    assert [d.text for d in read_object("ok.jsonl", _jsonl("x" * 900, "y" * 900), cfg)] == ["x" * 900, "y" * 900]
+
+
+def test_html_extraction_failure_is_quarantined_without_echoing_the_page(monkeypatch):
+    import trafilatura
+
+    def boom(html, **_):
+        raise ValueError("cannot parse " + html)
+
+    monkeypatch.setattr(trafilatura, "extract", boom)
+    cfg = CleaningConfig(reader=ReaderConfig(extract_html=True))
+    page = "<html><body>write to jane.doe@example.com " + "secret words " * 100 + "</body></html>"
+    [q] = read_object("p.html", page.encode(), cfg)
+    assert q.reason == "html_extraction_failed" and q.detail.startswith("ValueError")
+    assert "jane.doe" not in q.detail and len(q.detail) <= 120
+
+
+def test_json_error_details_are_short_and_masked(config):
+    line = b'{"text": "mail jane.doe@example.com", ' + b'"x": 1' * 200 + b"\n"
+    [q] = read_object("e.jsonl", line, config)
+    assert q.reason == "bad_json_line" and "jane.doe" not in q.detail and len(q.detail) <= 120
+
+
+def test_string_meta_fields_are_pii_masked_like_the_text(config):
+    line = b'{"text": "t", "author": "jane.doe@example.com", "host": "8.8.8.8", "tel": "+1 (415) 555-0132", "n": 1}\n'
+    [doc] = read_object("p.jsonl", line, config)
+    assert doc.meta["fields"] == {
+        "author": config.pii.email_mask,
+        "host": config.pii.ip_mask,
+        "tel": config.pii.phone_mask,
+        "n": 1,
+    }
+    off = CleaningConfig(pii=config.pii.model_copy(update={"enabled": False}))
+    [doc] = read_object("p.jsonl", line, off)
+    assert doc.meta["fields"]["author"] == "jane.doe@example.com"
+
+
+def test_one_list_of_suffixes_is_accepted_by_ingest_and_the_readers(config, repo_root):
+    import re
+
+    from pipeline_project.assets.raw import raw_text
+    from pipeline_project.cleaning.readers import SUPPORTED_SUFFIXES, split_suffix
+    from pipeline_project.ingest import is_supported
+
+    assert {".txt", ".txt.gz", ".txt.zst", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz"} <= set(
+        SUPPORTED_SUFFIXES
+    )
+    assert {".json.zst", ".html", ".htm", ".html.gz"} <= set(SUPPORTED_SUFFIXES)
+    listed = set(SUPPORTED_SUFFIXES)
+    for doc in (repo_root / "README.md", repo_root / "pipeline_project" / "cleaning" / "README.md"):
+        listed |= set(re.findall(r"(?<![\w/])\.(?:txt|jsonl?|html?)(?:\.(?:gz|zst|zstd))?\b", doc.read_text()))
+    listed |= set(re.findall(r"\.(?:txt|jsonl?|html?)(?:\.(?:gz|zst))?\b", raw_text.descriptions_by_key[raw_text.key]))
+    for suffix in sorted(listed):
+        key = f"raw/x/Name With Space{suffix.upper() if 'htm' in suffix else suffix}"
+        assert is_supported(key) and split_suffix(key) is not None, suffix
+        reasons = {getattr(o, "reason", None) for o in read_object(key, b"hello", config)}
+        assert "unsupported_format" not in reasons, suffix
+    for key in ("a.bin", "a.gz", "a.txt.bz2", "a.tar.gz", "a.pdf"):
+        assert not is_supported(key)
+        assert [o.reason for o in read_object(key, b"x", config)] == ["unsupported_format"]

@@ -27,6 +27,31 @@ def _is_public(ip: str) -> bool:
         return False
 
 
+def mask_pii(text: str, cfg: PIIConfig) -> tuple[str, dict[str, int]]:
+    """`text` with every e-mail, public IPv4 address and phone number that `cfg` enables masked, and the hits by kind.
+
+    The one masking routine: the PII step, the exclusion sink and the readers' `meta.fields` all call it.
+    """
+    hits = {"email": 0, "ip": 0, "phone": 0}
+
+    def sub(pattern, mask, kind, keep=lambda s: True):
+        def repl(m):
+            if not keep(m.group(0)):
+                return m.group(0)
+            hits[kind] += 1
+            return mask
+
+        return pattern.sub(repl, text)
+
+    if cfg.emails and "@" in text:
+        text = sub(EMAIL, cfg.email_mask, "email")
+    if cfg.public_ips:
+        text = sub(IPV4, cfg.ip_mask, "ip", _is_public)
+    if cfg.phone_numbers:
+        text = sub(PHONE, cfg.phone_mask, "phone")
+    return text, hits
+
+
 class PIIMasking(DocFilter):
     name = "pii"
 
@@ -34,29 +59,11 @@ class PIIMasking(DocFilter):
         self.cfg = cfg
 
     def check(self, doc):
-        cfg, text = self.cfg, doc.text
-        hits = {"email": 0, "ip": 0, "phone": 0}
-
-        def sub(pattern, mask, kind, keep=lambda s: True):
-            def repl(m):
-                if not keep(m.group(0)):
-                    return m.group(0)
-                hits[kind] += 1
-                return mask
-
-            return pattern.sub(repl, text_holder[0])
-
-        text_holder = [text]
-        if cfg.emails and "@" in text:
-            text_holder[0] = sub(EMAIL, cfg.email_mask, "email")
-        if cfg.public_ips:
-            text_holder[0] = sub(IPV4, cfg.ip_mask, "ip", _is_public)
-        if cfg.phone_numbers:
-            text_holder[0] = sub(PHONE, cfg.phone_mask, "phone")
+        masked, hits = mask_pii(doc.text, self.cfg)
         total = sum(hits.values())
-        if total > cfg.max_hits:
+        if total > self.cfg.max_hits:
             return "too_many_pii"
         if total:
-            doc.text = text_holder[0]
+            doc.text = masked
             doc.meta["pii_masked"] = {k: v for k, v in hits.items() if v}
         return None

@@ -1,0 +1,103 @@
+"""The exclusion sink and the shards' meta keep no PII that the shards mask in the text."""
+
+import io
+import json
+import re
+
+import zstandard
+
+from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Quarantined, read_object
+from pipeline_project.cleaning.publish import EXCLUSIONS_NAME, exclusion_records, publish_batch, read_shard_manifest
+from pipeline_project.cleaning.shards import read_shard
+from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
+
+from .conftest import prose
+
+EMAIL, IP, PHONE = "jane.doe@example.com", "8.8.4.4", "+1 (415) 555-0132"
+PII = re.compile(r"[\w.+-]+@example\.com|8\.8\.4\.\d|555-01\d\d")
+
+
+def _line(text: str, **fields) -> bytes:
+    return json.dumps({"text": text, **fields}).encode() + b"\n"
+
+
+def _batch(config: CleaningConfig):
+    contact = f" Write to {EMAIL} or call {PHONE}; the server is {IP}."
+    data = b"".join(
+        [
+            _line(prose(12, seed=1) + contact, author=EMAIL, source_ip=IP),  # kept, masked
+            _line("too short" + contact),  # dropped by an early filter, before the PII step
+            # 8 hits: dropped for too_many_pii, so the step never masked it
+            _line(prose(12, seed=2) + "".join(f" Ask clerk{i}@example.com at 8.8.4.{i}." for i in range(4))),
+            _line(prose(12, seed=1) + contact, author=EMAIL),  # an exact duplicate of the first
+        ]
+    )
+    items = list(read_object("raw/pii.jsonl", data, config))
+    items.append(Quarantined("raw/x.jsonl#1", "raw/x.jsonl", "bad_json_line", f"Expecting value near {EMAIL}"))
+    return CleaningPipeline(config).run(items, "b-pii", DedupIndex())
+
+
+def test_exclusion_records_mask_pii_in_dropped_text_and_quarantine_details():
+    config = CleaningConfig()
+    result = _batch(config)
+    assert {d.reason.split(":")[0] for d in result.dropped} >= {"too_many_pii"}
+    assert any(PII.search(d.text) for d in result.dropped), "the test needs dropped documents that hold PII"
+    records = exclusion_records(result, config)
+    assert len(records) == len(result.dropped) + len(result.quarantined) == 4
+    for rec in records:
+        assert not PII.search(json.dumps(rec)), rec
+    assert any(config.pii.email_mask in rec.get("text", "") for rec in records)
+    assert [r["detail"] for r in records if r["kind"] == "quarantined"] == [
+        f"Expecting value near {config.pii.email_mask}"
+    ]
+
+
+def test_published_batch_keeps_no_pii_in_shards_meta_or_exclusions():
+    config = CleaningConfig()
+    result = _batch(config)
+    client = MemoryS3Client({})
+    publish_batch(
+        client,
+        "bucket",
+        batch_id="b-pii",
+        shard_dir="shards/b-pii/",
+        exclusions_dir="exclusions/b-pii/",
+        result=result,
+        config=config,
+        input_keys=["raw/pii.jsonl"],
+    )
+    manifest = read_shard_manifest(client, "bucket", "shards/b-pii/")
+    shards = [rec for s in manifest.shards for rec in read_shard(client.get_object("bucket", s.key)["Body"].read())]
+    assert len(shards) == 1 and shards[0]["meta"]["fields"]["author"] == config.pii.email_mask
+    excluded = client.get_object("bucket", f"exclusions/b-pii/{EXCLUSIONS_NAME}")["Body"].read()
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(excluded)) as reader:
+        sink = reader.read().decode()
+    for text in [json.dumps(r, ensure_ascii=False) for r in shards] + [sink]:
+        assert not PII.search(text), text[:300]
+
+
+def test_with_the_pii_step_off_the_sink_keeps_the_text_as_the_shards_do():
+    config = CleaningConfig(pii=CleaningConfig().pii.model_copy(update={"enabled": False}))
+    result = _batch(config)
+    assert any(PII.search(r.get("text", "")) for r in exclusion_records(result, config))
+
+
+def test_the_streaming_cleaner_sink_is_masked_through_exclusion_recorder():
+    from pipeline_project.cleaning.batch_writer import BatchWriter
+    from pipeline_project.cleaning.publish import exclusion_recorder
+    from pipeline_project.cleaning.stream import StreamingCleaner
+
+    config = CleaningConfig()
+    contact = f" Write to {EMAIL} or call {PHONE}; the server is {IP}."
+    data = _line("too short" + contact) + _line(prose(12, seed=3) + contact)
+    client = MemoryS3Client({})
+    writer = BatchWriter(client, "bucket", "shards/s/attempt/", "exclusions/s/excluded.jsonl.zst")
+    cleaner = StreamingCleaner(config, chunk_docs=1)
+    out = cleaner.run(read_object("raw/pii.jsonl", data, config), "s", DedupIndex(), writer, exclusion_recorder(config))
+    writer.finish_shards()
+    writer.upload_exclusions()
+    assert out.counts["dropped"] == 1
+    excluded = client.get_object("bucket", "exclusions/s/excluded.jsonl.zst")["Body"].read()
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(excluded)) as reader:
+        sink = reader.read().decode()
+    assert config.pii.email_mask in sink and not PII.search(sink)
