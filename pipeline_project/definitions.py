@@ -4,16 +4,27 @@ import dagster as dg
 
 from pipeline_project.assets import checkpoint, cleaned, raw, token_blocks
 from pipeline_project.assets.checkpoint import deepseek_checkpoint
+from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS
 from pipeline_project.resources import build_resources
 from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.sensors.raw_s3 import INGEST_SELECTION, raw_s3_sensor
 
 _modules = [raw, cleaned, token_blocks, checkpoint]
+
+# Every run carries its kind, which the instance's tag concurrency limits count (deploy/dagster/dagster.yaml):
+# the sensors' runs, the training job's, and the eager re-materializations the automation sensor launches.
+ingest_automation_sensor = dg.AutomationConditionSensorDefinition(
+    "ingest_automation_sensor",
+    target=INGEST_SELECTION,
+    run_tags=INGEST_RUN_TAGS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Eager re-materialization of the ingest assets downstream of a changed batch, as ingest runs.",
+)
 
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(_modules),
     asset_checks=dg.load_asset_checks_from_modules(_modules),
-    sensors=[raw_s3_sensor, checkpoint_trigger_sensor],
-    jobs=[dg.define_asset_job("train_checkpoint", selection=[deepseek_checkpoint])],
+    sensors=[raw_s3_sensor, checkpoint_trigger_sensor, ingest_automation_sensor],
+    jobs=[dg.define_asset_job("train_checkpoint", selection=[deepseek_checkpoint], tags=TRAINING_RUN_TAGS)],
     resources=build_resources(),
 )

@@ -4,6 +4,16 @@ The asset builds the trainer's `JobConfig` from the resources (`TrainerResource.
 trainer (`TrainerResource.run`); the materialization's metadata is what the trainer reports. Its checks
 read that metadata: `loss_is_finite`, and the blocking `checkpoint_reloads` (the S3 checkpoint loads with
 `AutoModelForCausalLM` and generates). torch and transformers are imported only inside the check.
+
+One training at a time, three layers deep:
+- the run queue: training runs carry `pipeline/kind: training`, limited to 1 by the instance's
+  `concurrency.runs.tag_concurrency_limits`, and the trigger sensor requests none while one is in flight;
+- the pool: the step is in pool `training` (limit 1 from `concurrency.pools.default_limit`), so a run
+  launched some other way (the UI, no tag) waits for the slot;
+- the asset's own guard, on any instance, configured or not: the step refuses to start while an older
+  training run is executing, and the trainer moves `latest.json` only with a conditional write, so of two
+  invocations that trained from the same checkpoint one wins and the other fails with
+  `CheckpointConflictError`, its checkpoint unreferenced.
 """
 
 import math
@@ -11,22 +21,71 @@ import math
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.assets.partitions import latest_materialization_metadata
+from pipeline_project.assets.partitions import (
+    RUN_KIND_TAG,
+    TRAINING_POOL,
+    TRAINING_RUN_TAGS,
+    latest_materialization_metadata,
+)
 from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.resources.trainer import TrainerResource
 
+CHECKPOINT_KEY = dg.AssetKey("deepseek_checkpoint")
+EXECUTING = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+IN_FLIGHT = [
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.STARTING,
+    *EXECUTING,
+]
+
 
 def _materialized_batches(instance: dg.DagsterInstance) -> list[str]:
     return sorted(instance.get_materialized_partitions(token_blocks.key))
+
+
+def is_training_run(run: dg.DagsterRun) -> bool:
+    """A run that trains: tagged `pipeline/kind: training`, or one whose selection holds the checkpoint."""
+    return run.tags.get(RUN_KIND_TAG) == TRAINING_RUN_TAGS[RUN_KIND_TAG] or CHECKPOINT_KEY in (
+        run.asset_selection or ()
+    )
+
+
+def training_runs(
+    instance: dg.DagsterInstance, statuses: list[dg.DagsterRunStatus], exclude_run_id: str | None = None
+) -> list[dg.RunRecord]:
+    """The training runs in `statuses` (oldest first), but `exclude_run_id`."""
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=statuses), ascending=True)
+    return [r for r in records if r.dagster_run.run_id != exclude_run_id and is_training_run(r.dagster_run)]
+
+
+def refuse_if_another_run_trains(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Raise `dg.Failure` when a training run that started before this one is still executing.
+
+    Of two runs that start at once, each sees the other; the one that started later (start time, then run
+    id) refuses, so exactly one goes on. The conditional write of `latest.json` backs this up.
+    """
+    mine = instance.get_run_record_by_id(run_id)
+    my_start = (mine.start_time if mine else None) or float("inf")
+    for other in training_runs(instance, EXECUTING, exclude_run_id=run_id):
+        started = other.start_time
+        if started is not None and (started, other.dagster_run.run_id) < (my_start, run_id):
+            raise dg.Failure(
+                description=f"training run {other.dagster_run.run_id} is executing "
+                f"({other.dagster_run.status.value}); only one run trains at a time. This run trains nothing.",
+                metadata={"running": other.dagster_run.run_id},
+                allow_retries=False,
+            )
 
 
 @dg.asset(
     deps=[token_blocks],
     group_name="training",
     kinds={"pytorch", "mlflow"},
+    pool=TRAINING_POOL,
     description="DeepSeek-V3-architecture (MLA + MoE) checkpoint trained on the topic's token blocks. Each "
     "materialization continues from the previous checkpoint and the Kafka offsets saved in it, so new data is "
     "trained on once. HF format (safetensors + tokenizer) and resume state in S3; metrics and weights in MLflow.",
@@ -39,6 +98,7 @@ def deepseek_checkpoint(
     mlflow: MlflowResource,
     trainer: TrainerResource,
 ):
+    refuse_if_another_run_trains(context.instance, context.run.run_id)
     batches = _materialized_batches(context.instance)
     job = trainer.job_config(
         kafka=kafka.settings(),

@@ -7,7 +7,22 @@ from pipeline_project.assets.partitions import NETWORK_RETRY, batches, latest_ma
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.ingest import iter_batch_items, read_manifest
 from pipeline_project.resources.cleaning import CleaningResource
+from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
+
+
+def refuse_other_content(produced, manifest_sha256: str, batch_id: str, topic: str) -> None:
+    """`token_blocks` refuses a batch whose ledger entry records other content: refuse it here first, before
+    anything is written, so the shards, the manifest and the dedup index keep what was produced."""
+    if produced is not None and produced.content_hash != manifest_sha256:
+        raise dg.Failure(
+            description=f"batch {batch_id} is already in topic {topic} (ledger content {produced.content_hash[:12]} "
+            f"at offsets {dict(produced.offsets)}); cleaning it again gives other content ({manifest_sha256[:12]}), "
+            "which token_blocks would refuse. Nothing was written: the published shards and the dedup index "
+            "still match the blocks in the topic. Clean changed input as a new batch.",
+            metadata={"ledger_content_hash": produced.content_hash, "manifest_sha256": manifest_sha256},
+            allow_retries=False,
+        )
 
 
 @dg.asset(
@@ -23,9 +38,14 @@ from pipeline_project.resources.layout import PipelineLayout
     "batches. Writes zstd JSONL shards + manifest; every dropped document goes to the exclusion sink with its reason.",
 )
 def cleaned_shards(
-    context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout, cleaning: CleaningResource
+    context: dg.AssetExecutionContext,
+    s3: S3Resource,
+    layout: PipelineLayout,
+    cleaning: CleaningResource,
+    kafka: KafkaResource,
 ) -> dg.MaterializeResult:
-    from pipeline_project.cleaning import CleaningPipeline, load_index, publish_batch, save_index
+    from pipeline_project.cleaning import CleaningPipeline, load_index, save_index
+    from pipeline_project.cleaning.publish import prepare_batch, write_prepared
 
     batch_id = context.partition_key
     client = s3.get_client()
@@ -33,18 +53,31 @@ def cleaned_shards(
     manifest = read_manifest(client, layout.bucket, batch_id)
     index = load_index(client, layout.bucket, layout.dedup_index_key)
 
-    result = CleaningPipeline(config).run(iter_batch_items(client, manifest, config), batch_id=batch_id, index=index)
+    # Order of the writes: nothing (index commit, shards, manifest, index file) before the token ledger says
+    # this content may be published; then the shards, the manifest last, then the index.
+    pipeline = CleaningPipeline(config)
+    items = iter_batch_items(client, manifest, config)
+    result = pipeline.run(items, batch_id=batch_id, index=index, commit=False)  # lookups only
+
+    def prepare():
+        return prepare_batch(
+            batch_id=batch_id,
+            shard_dir=layout.shard_dir(batch_id),
+            exclusions_dir=layout.exclusions_dir(batch_id),
+            result=result,
+            config=config,
+            input_keys=[o.key for o in manifest.objects],
+        )
+
+    produced = kafka.ledger_entry(layout.topic, batch_id)
+    if produced is not None:
+        refuse_other_content(produced, prepare().manifest_sha256, batch_id, layout.topic)
+    pipeline.commit(result)
     result.check_counts()
-    published = publish_batch(
-        client,
-        layout.bucket,
-        batch_id=batch_id,
-        shard_dir=layout.shard_dir(batch_id),
-        exclusions_dir=layout.exclusions_dir(batch_id),
-        result=result,
-        config=config,
-        input_keys=[o.key for o in manifest.objects],
-    )
+    prepared = prepare()
+    if produced is not None:  # documents another batch committed first (late drops) change the content
+        refuse_other_content(produced, prepared.manifest_sha256, batch_id, layout.topic)
+    published = write_prepared(client, layout.bucket, prepared)
     save_index(client, layout.bucket, layout.dedup_index_key, index)
 
     shards = published.manifest

@@ -4,7 +4,31 @@ batches = dg.DynamicPartitionsDefinition(name="batches")
 
 # S3 and Kafka calls fail transiently; these steps are safe to retry (manifests are immutable,
 # shards are overwritten whole, Kafka produce is transactional with a ledger).
-NETWORK_RETRY = dg.RetryPolicy(max_retries=3, delay=2, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.FULL)
+#
+# The budget covers an outage of at least 2 minutes, whatever the jitter draws. Dagster 1.13
+# (`dagster/_core/definitions/policy.py`, `calculate_delay`) waits, before retry n = 1, 2, ...:
+#   EXPONENTIAL:  d_n = (2**n - 1) * delay
+#   PLUS_MINUS:   d_n + uniform(-delay, +delay)
+# With delay=4 s: d_n = 4, 12, 28, 60, 124 s, so retry n starts between sum(d_k - 4) and sum(d_k + 4):
+#   retry 4 between  88 s and 136 s after the first failure,
+#   retry 5 between 208 s and 248 s  -> 5 retries always reach past 120 s (and give up within ~4 min).
+# PLUS_MINUS, not FULL: FULL jitter draws from [0, d_n], so its total can be arbitrarily close to 0 s
+# (three FULL retries at delay=2 covered ~14 s of an outage). Run retries (`run_retries` in the instance
+# config) re-launch a run whose steps still fail after that.
+NETWORK_RETRY_DELAY_S = 4
+NETWORK_RETRY = dg.RetryPolicy(
+    max_retries=5, delay=NETWORK_RETRY_DELAY_S, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
+)
+MIN_OUTAGE_COVERED_S = 120
+
+# Run tags that the instance's `concurrency.runs.tag_concurrency_limits` count: at most one training run, and
+# ingest runs have a limit of their own, so ingest never waits behind training (deploy/dagster/dagster.yaml).
+RUN_KIND_TAG = "pipeline/kind"
+TRAINING_RUN_TAGS = {RUN_KIND_TAG: "training"}
+INGEST_RUN_TAGS = {RUN_KIND_TAG: "ingest"}
+# The Dagster pool of deepseek_checkpoint: limit 1 (`concurrency.pools.default_limit`, or
+# `dagster instance concurrency set training 1`), so even an untagged run waits for the one training step.
+TRAINING_POOL = "training"
 
 
 def latest_materialization_metadata(
@@ -17,5 +41,11 @@ def latest_materialization_metadata(
     ).records
     if not records:
         return {}
-    mat = records[0].asset_materialization
-    return {k: getattr(v, "value", v) for k, v in (mat.metadata or {}).items()}
+    return plain_metadata(records[0].asset_materialization)
+
+
+def plain_metadata(materialization: dg.AssetMaterialization | None) -> dict:
+    """A materialization's metadata as plain values (MetadataValue -> its .value)."""
+    if materialization is None:
+        return {}
+    return {k: getattr(v, "value", v) for k, v in (materialization.metadata or {}).items()}

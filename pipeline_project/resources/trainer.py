@@ -31,7 +31,16 @@ if TYPE_CHECKING:
 Preset = enum.Enum("Preset", {name: name for name in get_args(PresetName)}, type=str)
 
 # TrainerResource field -> TrainConfig field, each passed on only when set
-_TRAIN_OVERRIDES = ("lr", "min_lr", "warmup_steps", "decay_steps", "batch_size", "max_steps", "seed")
+_TRAIN_OVERRIDES = (
+    "lr",
+    "min_lr",
+    "warmup_steps",
+    "decay_steps",
+    "batch_size",
+    "max_steps",
+    "checkpoint_every",
+    "seed",
+)
 
 
 class TrainerResource(dg.ConfigurableResource):
@@ -46,6 +55,9 @@ class TrainerResource(dg.ConfigurableResource):
     batch_size: int | None = None
     max_steps: int | None = None
     """None or 0 trains on everything new in the topic (bounded mode); >0 caps the steps."""
+    checkpoint_every: int | None = None
+    """Mid-run checkpoint every N steps, so a crash loses at most N steps. None keeps TrainConfig's default
+    (100, see `TrainConfig.checkpoint_every`); 0 checkpoints only at the end."""
     run_name: str = "deepseek"
     """Checkpoints live under <checkpoints_prefix><run_name>/; a new name starts a new lineage."""
     nproc_per_node: int = 0

@@ -5,7 +5,7 @@ from dagster_aws.s3 import S3Resource
 from dagster_aws.s3.sensor import get_objects
 
 from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import batches
+from pipeline_project.assets.partitions import INGEST_RUN_TAGS, batches
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.ingest import BatchManifest, SensorCursor, make_batch_id, plan_batch, write_manifest_once
@@ -37,7 +37,11 @@ def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: P
     manifest = write_manifest_once(client, BatchManifest(batch_id=batch_id, bucket=layout.bucket, objects=tuple(taken)))
     context.log.info(f"batch {batch_id}: {len(manifest.objects)} objects, {manifest.total_bytes} bytes")
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=batch_id, partition_key=batch_id, tags={"pipeline/batch": batch_id})],
+        run_requests=[
+            dg.RunRequest(
+                run_key=batch_id, partition_key=batch_id, tags={"pipeline/batch": batch_id, **INGEST_RUN_TAGS}
+            )
+        ],
         dynamic_partitions_requests=[batches.build_add_request([batch_id])],
         cursor=new_cursor.to_json(),
     )

@@ -28,12 +28,38 @@ local_artifact_storage:
 run_coordinator:
   module: dagster._core.run_coordinator
   class: QueuedRunCoordinator
+# Kinds of work get limits of their own (keys as in dagster 1.13's `_core/instance/config.py`): at most one
+# training run; ingest runs have their own limit, and max_concurrent_runs leaves room for both, so ingest
+# never waits behind training. Runs carry `pipeline/kind` (sensors, the train_checkpoint job, the ingest
+# automation sensor). Same policy as deploy/dagster/dagster.yaml, sized for a laptop.
 concurrency:
   runs:
-    max_concurrent_runs: 2
+    max_concurrent_runs: 6
+    tag_concurrency_limits:
+      - key: pipeline/kind
+        value: training
+        limit: 1
+      - key: pipeline/kind
+        value: ingest
+        limit: 3
   pools:
-    # cleaned_shards uses pool "dedup_index": its cross-batch index is read, extended and written back
+    # every pool's limit: `training` (deepseek_checkpoint: one training step at a time) and `dedup_index`
+    # (cleaned_shards: the cross-batch index is read, extended and written back)
     default_limit: 1
+    granularity: op
+# A run whose steps still fail after their retry policy is launched again, up to max_retries times.
+run_retries:
+  enabled: true
+  max_retries: 3
+# Fails runs stuck starting or canceling and runs whose worker died (with launchers that can check a worker),
+# so their run slot frees and run_retries launches them again; frees the pool slots of runs that ended.
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  cancel_timeout_seconds: 180
+  max_resume_run_attempts: 0
+  poll_interval_seconds: 60
+  free_slots_after_run_end_seconds: 60
 """
 
 DAEMON_HEALTH_QUERY = "{ instance { daemonHealth { allDaemonStatuses { daemonType healthy required } } } }"
@@ -55,17 +81,9 @@ class DagsterService(Service):
         return self.config.repo_root / "workspace.yaml"
 
     def _env(self) -> dict[str, str]:
-        settings = self.config.settings()
-        return {
-            "DAGSTER_HOME": str(self.home),
-            "PIPELINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "PIPELINE_S3_ENDPOINT": settings.s3_endpoint,
-            "AWS_ACCESS_KEY_ID": settings.s3_access_key,
-            "AWS_SECRET_ACCESS_KEY": settings.s3_secret_key,
-            "MLFLOW_TRACKING_URI": settings.mlflow_tracking_uri,
-            "MLFLOW_S3_ENDPOINT_URL": settings.s3_endpoint,
-            "PIPELINE_DAGSTER_URL": settings.dagster_url,
-        }
+        # The code server, runs and the trainer they launch find the stack through these (S3 endpoint and keys,
+        # Kafka's security profile and password, ...): `Settings()` has no local S3 default of its own.
+        return {"DAGSTER_HOME": str(self.home), **self.config.client_env()}
 
     def processes(self) -> list[ManagedProcess]:
         cfg = self.config

@@ -1,22 +1,31 @@
 """Checkpoints: an HF-format model (safetensors + tokenizer files) and the resume state, local and in S3.
 
-Layout, locally under one directory and in S3 under `checkpoints/<run_name>/step-<n>/`:
+Layout, locally under one directory and in S3 under `checkpoints/<run_name>/step-<n>-<id>/`:
 
     hf/       config.json, model.safetensors, generation_config.json, tokenizer files
     resume/   state.pt (optimizer, step, tokens, RNG, data-loader states of all ranks)
               data_state.json (the same loader states, readable: per-partition Kafka offsets)
 
-`checkpoints/<run_name>/latest.json` points at the newest complete step; it is written last, so a
-crash mid-upload leaves the previous checkpoint current. A save that writes no safetensors raises
-`CheckpointWriteError` before anything is uploaded.
+`<id>` is fresh for every upload, so two invocations that train to the same step never write into the
+same prefix. `checkpoints/<run_name>/latest.json` points at the newest complete step. It is written last,
+so a crash mid-upload leaves the previous checkpoint current, and only with a conditional write: `IfMatch`
+the ETag this invocation read at its start (`IfNoneMatch="*"` when there was none). If another invocation
+moved it meanwhile, the write fails and `CheckpointConflictError` is raised; the loser's step folder is not
+referenced. A save that writes no safetensors raises `CheckpointWriteError` before anything is uploaded.
+
+`state.pt` holds only tensors and plain Python values (the numpy RNG state is stored as a list), and is
+read with `torch.load(weights_only=True)`: a file from S3 cannot run code when it is loaded. Files written
+before this format, with a numpy array inside, load through an allowlist of numpy's array constructors.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import shutil
 import tempfile
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +36,9 @@ import torch
 from torch import nn
 
 from pipeline_project.settings import Settings
-from pipeline_project.training.errors import CheckpointWriteError
+from pipeline_project.training.errors import CheckpointConflictError, CheckpointWriteError
+
+log = logging.getLogger(__name__)
 
 HF_DIR = "hf"
 RESUME_DIR = "resume"
@@ -66,8 +77,22 @@ class LoadedCheckpoint:
     resume: ResumeState
 
 
+@dataclass(frozen=True)
+class LatestPointer:
+    """`latest.json` as one invocation read it: the checkpoint it names and its ETag (None: no latest.json)."""
+
+    ref: CheckpointRef | None
+    etag: str | None
+
+
 def capture_rng() -> dict[str, Any]:
-    rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG state as tensors and plain Python values, so `torch.load(weights_only=True)` reads it back."""
+    name, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+    rng = {
+        "python": random.getstate(),  # (version, tuple of 625 ints, gauss_next)
+        "numpy": {"name": name, "key": key.tolist(), "pos": pos, "has_gauss": has_gauss, "gauss": gauss},
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     return rng
@@ -75,9 +100,15 @@ def capture_rng() -> dict[str, Any]:
 
 def restore_rng(rng: dict[str, Any]) -> None:
     if "python" in rng:
-        random.setstate(rng["python"])
+        version, internal, gauss_next = rng["python"]
+        random.setstate((version, tuple(internal), gauss_next))
     if "numpy" in rng:
-        np.random.set_state(rng["numpy"])
+        state = rng["numpy"]
+        if isinstance(state, dict):
+            key = np.asarray(state["key"], dtype=np.uint32)
+            np.random.set_state((state["name"], key, state["pos"], state["has_gauss"], state["gauss"]))
+        else:  # written before the plain format: numpy's own tuple
+            np.random.set_state(state)
     if "torch" in rng:
         torch.set_rng_state(rng["torch"])
     if "cuda" in rng and torch.cuda.is_available():
@@ -104,11 +135,28 @@ def save_checkpoint(
     return directory
 
 
+def _legacy_numpy_globals() -> list[Any]:
+    """numpy's array constructors, for state files whose RNG state is a numpy array (the format before the
+    plain one). They build arrays of plain dtypes only; anything else in the file still fails to load."""
+    try:
+        from numpy._core import multiarray  # numpy >= 2
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core import multiarray
+
+    return [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
 def load_resume_state(directory: str | Path) -> ResumeState:
-    """The resume state under `directory` (a checkpoint dir or its `resume/`). Trusted input: our own files."""
+    """The resume state under `directory` (a checkpoint dir or its `resume/`).
+
+    Read with `weights_only=True`: the file came from S3, so it may only hold tensors and plain values; a
+    file that needs any other class or function (a pickle that would run code) raises `UnpicklingError`.
+    """
     directory = Path(directory)
     path = directory / STATE_FILE if (directory / STATE_FILE).exists() else directory / RESUME_DIR / STATE_FILE
-    return ResumeState(**torch.load(path, map_location="cpu", weights_only=False))
+    with torch.serialization.safe_globals(_legacy_numpy_globals()):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    return ResumeState(**state)
 
 
 def s3_client(settings: Settings | None = None):
@@ -119,13 +167,50 @@ def checkpoint_prefix(run_name: str) -> str:
     return f"checkpoints/{run_name}"
 
 
-def upload_checkpoint(s3, bucket: str, prefix: str, step: int, directory: str | Path) -> CheckpointRef:
-    """Upload a local checkpoint to `s3://bucket/<prefix>/step-<n>/` and then move `latest.json` to it."""
+def _is_precondition_failure(exc: Exception) -> bool:
+    response = getattr(exc, "response", None) or {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    # 412: IfMatch / IfNoneMatch not met; 409: AWS's answer to two conditional writes racing on one key
+    return code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412)
+
+
+def _conflict(bucket: str, prefix: str, expected: LatestPointer, step_prefix: str) -> CheckpointConflictError:
+    seen = f"the checkpoint at step {expected.ref.step}" if expected.ref else "no checkpoint"
+    return CheckpointConflictError(
+        f"s3://{bucket}/{prefix}/{LATEST_FILE} moved after this run read it ({seen}): another training run "
+        f"advanced the lineage first; this run's checkpoint s3://{bucket}/{step_prefix}/ is not referenced"
+    )
+
+
+def _delete_quietly(s3, bucket: str, keys: list[str]) -> None:
+    """Remove an unreferenced checkpoint's objects; a failure only leaves garbage behind."""
+    try:
+        for i in range(0, len(keys), 1000):
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]]})
+    except Exception as exc:  # noqa: BLE001 - best effort: nothing points at these objects
+        log.warning("could not remove unreferenced checkpoint objects: %s", exc)
+
+
+def upload_checkpoint(
+    s3, bucket: str, prefix: str, step: int, directory: str | Path, *, expected: LatestPointer
+) -> LatestPointer:
+    """Upload a local checkpoint to a fresh `s3://bucket/<prefix>/step-<n>-<id>/`, then move `latest.json`
+    to it, conditionally on `latest.json` still being `expected` (what this invocation read or last wrote).
+
+    Returns the new pointer (pass it as `expected` to the next upload). Raises `CheckpointConflictError`
+    when another invocation moved `latest.json` since `expected`; the uploaded folder is then removed.
+    """
     directory = Path(directory)
     prefix = prefix.strip("/")
-    step_prefix = f"{prefix}/step-{step}"
+    step_prefix = f"{prefix}/step-{step}-{uuid.uuid4().hex[:8]}"
+    latest_key = f"{prefix}/{LATEST_FILE}"
+    if read_latest(s3, bucket, prefix).etag != expected.etag:  # fail fast, before uploading the weights
+        raise _conflict(bucket, prefix, expected, step_prefix)
+    keys = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        s3.upload_file(str(path), bucket, f"{step_prefix}/{path.relative_to(directory).as_posix()}")
+        keys.append(f"{step_prefix}/{path.relative_to(directory).as_posix()}")
+        s3.upload_file(str(path), bucket, keys[-1])
     ref = CheckpointRef(
         step=step,
         uri=f"s3://{bucket}/{step_prefix}/",
@@ -133,21 +218,35 @@ def upload_checkpoint(s3, bucket: str, prefix: str, step: int, directory: str | 
         resume_uri=f"s3://{bucket}/{step_prefix}/{RESUME_DIR}/",
         created_at=datetime.now(timezone.utc).isoformat(),
     )
-    s3.put_object(
-        Bucket=bucket,
-        Key=f"{prefix}/{LATEST_FILE}",
-        Body=json.dumps(asdict(ref)).encode(),
-        ContentType="application/json",
-    )
-    return ref
+    condition = {"IfMatch": expected.etag} if expected.etag else {"IfNoneMatch": "*"}
+    try:
+        put = s3.put_object(
+            Bucket=bucket,
+            Key=latest_key,
+            Body=json.dumps(asdict(ref)).encode(),
+            ContentType="application/json",
+            **condition,
+        )
+    except Exception as exc:
+        if not _is_precondition_failure(exc):
+            raise
+        _delete_quietly(s3, bucket, keys)
+        raise _conflict(bucket, prefix, expected, step_prefix) from exc
+    etag = put.get("ETag") or s3.head_object(Bucket=bucket, Key=latest_key)["ETag"]
+    return LatestPointer(ref=ref, etag=etag)
+
+
+def read_latest(s3, bucket: str, prefix: str) -> LatestPointer:
+    """`latest.json` under `prefix` and its ETag; `LatestPointer(None, None)` when there is none yet."""
+    try:
+        got = s3.get_object(Bucket=bucket, Key=f"{prefix.strip('/')}/{LATEST_FILE}")
+    except s3.exceptions.NoSuchKey:
+        return LatestPointer(ref=None, etag=None)
+    return LatestPointer(ref=CheckpointRef(**json.loads(got["Body"].read())), etag=got["ETag"])
 
 
 def latest_ref(s3, bucket: str, prefix: str) -> CheckpointRef | None:
-    try:
-        body = s3.get_object(Bucket=bucket, Key=f"{prefix.strip('/')}/{LATEST_FILE}")["Body"].read()
-    except s3.exceptions.NoSuchKey:
-        return None
-    return CheckpointRef(**json.loads(body))
+    return read_latest(s3, bucket, prefix).ref
 
 
 def download_prefix(s3, bucket: str, prefix: str, directory: str | Path) -> Path:

@@ -27,3 +27,10 @@ class CheckpointWriteError(TrainingError, RuntimeError):
 
 class InvalidS3UriError(TrainingError, ValueError):
     """A checkpoint location is not an `s3://bucket/key` URI."""
+
+
+class CheckpointConflictError(TrainingError, RuntimeError):
+    """`latest.json` moved after this invocation read it: another training run advanced the lineage first.
+
+    The losing invocation's checkpoint is left unreferenced (and removed best-effort); `latest.json` keeps
+    pointing at the winner's. Run the training again to continue from the winner's checkpoint."""

@@ -54,7 +54,7 @@ class JobConfig(BaseModel):
     s3_endpoint: str | None = None  # credentials come from the environment (AWS_ACCESS_KEY_ID, ...)
     s3_region: str | None = None
     bucket: str = DEFAULT_BUCKET
-    checkpoint_prefix: str = "checkpoints/deepseek"  # latest.json and step-<n>/ live under it
+    checkpoint_prefix: str = "checkpoints/deepseek"  # latest.json and step-<n>-<id>/ live under it
     mlflow_tracking_uri: str | None = None  # None = no MLflow logging
     experiment_name: str = DEFAULT_TRAINING_EXPERIMENT
     mlflow_run_name: str | None = None
@@ -107,7 +107,7 @@ class TrainJobResult(BaseModel):
     offsets_consumed: dict[str, list[int]]  # Kafka partition -> [first, end) offsets of messages trained on
     start_position: dict[str, dict[str, int]]  # partition -> {"offset", "block"} before this invocation
     end_position: dict[str, dict[str, int]]  # ... and after it (what the checkpoint's resume state holds)
-    checkpoint_uri: str | None  # s3://.../step-<n>/ written by this invocation
+    checkpoint_uri: str | None  # s3://.../step-<n>-<id>/ written by this invocation
     hf_uri: str | None
     resumed_from: str | None  # checkpoint this invocation continued from
     mlflow_run_id: str | None
@@ -119,3 +119,5 @@ class TrainJobResult(BaseModel):
     data_wait_fraction: float | None
     stop_reason: str
     wall_s: float
+    dead_letters: int = 0  # malformed messages the loaders skipped, all ranks (0 when the loader does not count)
+    mlflow_error: str | None = None  # the first MLflow failure; training and the checkpoint went on without it

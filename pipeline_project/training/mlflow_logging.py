@@ -203,15 +203,20 @@ def start_job_run(
         tags={"topic": job.topic, "preset": job.train.preset.name, "resumed_from_step": str(resumed_from_step)},
         system_metrics_interval_s=job.system_metrics_interval_s,
     )
-    run.log_params(
-        {
-            "model": dict(model_config),
-            "train": job.train.model_dump(mode="json"),
-            "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
-            "data": {"topic": job.topic, "partitions": len(job.partitions)},
-            "world_size": world_size,
-            "device": device,
-            "global_batch_tokens": job.train.batch_size * job.train.seq_len * world_size,
-        }
-    )
+    params = {
+        "model": dict(model_config),
+        "train": job.train.model_dump(mode="json"),
+        "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
+        "data": {"topic": job.topic, "partitions": len(job.partitions)},
+        "world_size": world_size,
+        "device": device,
+        "global_batch_tokens": job.train.batch_size * job.train.seq_len * world_size,
+    }
+    try:
+        run.log_params(params)
+    except Exception:
+        # the caller gets no run to end: end it here (stopping its system-metrics thread), then re-raise
+        with contextlib.suppress(Exception):
+            run.end("FAILED")
+        raise
     return run

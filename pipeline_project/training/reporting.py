@@ -29,6 +29,11 @@ class Reporter:
         if self.pipes is not None:
             self.pipes.log.info(message)
 
+    def warning(self, message: str) -> None:
+        log.warning(message)
+        if self.pipes is not None:
+            self.pipes.log.warning(message)
+
     def materialize(self, result: TrainJobResult) -> None:
         if self.pipes is None:
             return
@@ -47,11 +52,12 @@ def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
         "end_position": {"raw_value": result.end_position, "type": "json"},
         "world_size": result.world_size,
         "device": result.device,
+        "dead_letters": result.dead_letters,
     }
     for key in ("final_loss", "tokens_per_s", "data_wait_fraction"):
         if getattr(result, key) is not None:
             metadata[key] = getattr(result, key)
-    for key in ("checkpoint_uri", "hf_uri", "resumed_from", "mlflow_run_id", "mlflow_model_uri"):
+    for key in ("checkpoint_uri", "hf_uri", "resumed_from", "mlflow_run_id", "mlflow_model_uri", "mlflow_error"):
         if getattr(result, key):
             metadata[key] = getattr(result, key)
     if result.mlflow_run_url:

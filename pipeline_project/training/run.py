@@ -8,10 +8,15 @@ Contract (every rank of a `torchrun` job calls `run_job`; rank 0 alone writes to
 2. reads only the token blocks that are new since that position (bounded mode: up to the topic's end
    at start). A fetched batch that was not trained on is not consumed;
 3. logs to MLflow when `job.mlflow_tracking_uri` is set: one run per invocation, created at the first
-   step, ended FINISHED, or FAILED when training raises;
+   step, ended FINISHED, or FAILED when training raises. MLflow is best effort: the first MLflow call that
+   fails is logged as a warning and recorded as `mlflow_error`, MLflow is skipped for the rest of the
+   invocation (except a last attempt to end its run) and training goes on. No checkpoint waits on MLflow;
 4. saves an HF checkpoint + resume state to S3 (also every `train.checkpoint_every` steps) and moves
-   `latest.json` to it last, then logs the weights to MLflow;
-5. returns the `TrainJobResult` and, under dagster-pipes, reports it as the asset materialization.
+   `latest.json` to it last, with a conditional write on the `latest.json` this invocation read (or last
+   wrote): if another invocation moved it, `CheckpointConflictError` and this checkpoint stays unreferenced.
+   Then it logs the weights to MLflow;
+5. returns the `TrainJobResult` (with the loader's `dead_letters`, malformed messages skipped, summed over
+   ranks) and, under dagster-pipes, reports it as the asset materialization.
 
 No new blocks -> status "nothing_new": no MLflow run and no checkpoint.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,8 +38,9 @@ from pipeline_project.streaming.tokenizer import TokenizerInfo, load_tokenizer
 from pipeline_project.training import distributed
 from pipeline_project.training.checkpoint import (
     CheckpointRef,
+    LatestPointer,
     download_prefix,
-    latest_ref,
+    read_latest,
     s3_client,
     save_checkpoint,
     upload_checkpoint,
@@ -62,8 +69,10 @@ def run_job(job: JobConfig) -> TrainJobResult:
         try:
             result = _train(inv, resume.state, loader, progress)
             end_states = distributed.all_gather_objects(result.data_state)
+            dead_letters = sum(distributed.all_gather_objects(dead_letter_count(loader)))
             ref = _save_final(inv, resume.state, result)
-            model_uri = _log_model(inv, resume.state, progress.mlflow_run)
+            progress.log_final({"dead_letters": float(dead_letters)}, step=result.end_step)
+            model_uri = _log_model(inv, resume.state, progress)
             status = "FINISHED"
         finally:
             loader.close()
@@ -77,12 +86,21 @@ def run_job(job: JobConfig) -> TrainJobResult:
             end_states=end_states,
             checkpoint=ref,
             model_uri=model_uri,
+            dead_letters=dead_letters,
             wall_s=time.perf_counter() - t_start,
         )
         inv.report.info(job_result.message)
         inv.report.materialize(job_result)
     _remove_scratch(inv)
     return job_result
+
+
+@dataclass
+class _Lineage:
+    """Where this invocation stands in the checkpoint lineage: the `latest.json` it read or last wrote."""
+
+    pointer: LatestPointer = field(default_factory=lambda: LatestPointer(ref=None, etag=None))
+    last_saved: CheckpointRef | None = None  # the newest checkpoint this invocation wrote
 
 
 @dataclass(frozen=True)
@@ -96,6 +114,7 @@ class _Invocation:
     s3: Any
     tokenizer: TokenizerInfo
     work_dir: Path
+    lineage: _Lineage = field(default_factory=_Lineage)
 
     @property
     def cfg(self) -> TrainConfig:
@@ -126,7 +145,9 @@ def _open_invocation(
 def _open_resume_point(inv: _Invocation) -> _ResumePoint:
     """The latest checkpoint's model, optimizer, RNG and data position, or a fresh model when there is none."""
     job = inv.job
-    previous = latest_ref(inv.s3, job.bucket, job.checkpoint_prefix)
+    # rank 0 alone writes latest.json, so its read is the one the conditional write compares against
+    inv.lineage.pointer = read_latest(inv.s3, job.bucket, job.checkpoint_prefix)
+    previous = inv.lineage.pointer.ref
     resume_dir = None
     if previous is not None:
         resume_dir = inv.work_dir / f"resume-step-{previous.step}"
@@ -177,29 +198,59 @@ class _Progress:
     metrics: list[StepMetrics] = field(default_factory=list)
     mlflow_run: MlflowRun | None = None
 
+    mlflow_error: str | None = None  # the first MLflow failure; MLflow is skipped after it
+
     def __call__(self, metrics: StepMetrics) -> None:
         job = self.inv.job
         self.metrics.append(metrics)
-        if job.mlflow_tracking_uri and self.mlflow_run is None:
-            self.mlflow_run = start_job_run(
-                job,
-                model_config=self.state.model.config.to_dict(),
-                tokenizer=self.inv.tokenizer,
-                resumed_from_step=self.state.step,
-                world_size=self.inv.dist.world_size,
-                device=str(self.inv.device),
-            )
-            self.inv.report.info(f"MLflow run {self.mlflow_run.url}")
+        if job.mlflow_tracking_uri and self.mlflow_run is None and self.mlflow_error is None:
+            self.mlflow_run = self.mlflow("start the run", self._start_run)
+            if self.mlflow_run is not None:
+                self.inv.report.info(f"MLflow run {self.mlflow_run.url}")
         if self.mlflow_run is not None:
-            self.mlflow_run.log_metrics(metrics.as_metrics(), step=metrics.step)
+            self.mlflow("log metrics", self.mlflow_run.log_metrics, metrics.as_metrics(), step=metrics.step)
         self.inv.report.info(
             f"step {metrics.step} loss {metrics.loss:.4f} lr {metrics.lr:.2e} {metrics.tokens_per_s:,.0f} tok/s "
             f"data-wait {100 * metrics.data_wait_fraction:.1f}% lag {metrics.consumer_lag}"
         )
 
+    def _start_run(self) -> MlflowRun:
+        return start_job_run(
+            self.inv.job,
+            model_config=self.state.model.config.to_dict(),
+            tokenizer=self.inv.tokenizer,
+            resumed_from_step=self.state.step,
+            world_size=self.inv.dist.world_size,
+            device=str(self.inv.device),
+        )
+
+    def mlflow(self, what: str, call: Callable[..., Any], *args: Any, last_attempt: bool = False, **kwargs: Any):
+        """`call(*args, **kwargs)`, or None when it fails or an earlier MLflow call failed.
+
+        A failure is a warning, never an error: training and checkpoints go on without MLflow.
+        """
+        if self.mlflow_error is not None and not last_attempt:
+            return None
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - any MLflow failure: connection, server error, artifact store
+            error = f"{what}: {type(exc).__name__}: {exc}"[:500]
+            self.mlflow_error = self.mlflow_error or error
+            self.inv.report.warning(f"MLflow unavailable, training goes on without it ({error})")
+            return None
+
+    def log_final(self, metrics: dict[str, float], step: int) -> None:
+        if self.mlflow_run is not None and self.inv.dist.is_main:
+            self.mlflow("log final metrics", self.mlflow_run.log_metrics, metrics, step=step)
+
     def end(self, status: str) -> None:
         if self.mlflow_run is not None:
-            self.mlflow_run.end(status)
+            self.mlflow("end the run", self.mlflow_run.end, status, last_attempt=True)
+
+
+def dead_letter_count(loader: Any) -> int:
+    """Malformed messages this rank's loader skipped (0 for a loader that does not count them)."""
+    return int(loader.metrics().get("dead_letters", 0) or 0)
 
 
 def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, progress: _Progress) -> TrainResult:
@@ -243,22 +294,34 @@ def _save_checkpoint(
         tokenizer=inv.tokenizer,
         resume=make_resume_state(state, step, state.tokens_seen + tokens, data_states, meta=meta),
     )
-    ref = upload_checkpoint(inv.s3, inv.job.bucket, inv.job.checkpoint_prefix, step, local)
-    inv.report.info(f"checkpoint step {step} -> {ref.uri}")
-    return ref
+    lineage = inv.lineage
+    try:
+        lineage.pointer = upload_checkpoint(
+            inv.s3, inv.job.bucket, inv.job.checkpoint_prefix, step, local, expected=lineage.pointer
+        )
+    finally:
+        shutil.rmtree(local, ignore_errors=True)  # uploaded (or refused): the local copy is not needed
+    lineage.last_saved = lineage.pointer.ref
+    inv.report.info(f"checkpoint step {step} -> {lineage.last_saved.uri}")
+    return lineage.last_saved
 
 
 def _save_final(inv: _Invocation, state: TrainingState, result: TrainResult) -> CheckpointRef | None:
-    """The checkpoint after the last trained step; none when nothing was trained."""
+    """The checkpoint after the last trained step; none when nothing was trained. When the loop's own
+    checkpoint fell on the last step, that one is it (same step, same data position). Every rank takes
+    the same branch: `_save_checkpoint` is a collective."""
     if result.steps == 0:
         return None
+    every = inv.cfg.checkpoint_every
+    if every and result.end_step % every == 0:
+        return inv.lineage.last_saved  # rank 0's; None on the other ranks, as _save_checkpoint answers there
     return _save_checkpoint(inv, state, result.end_step, result.tokens, result.data_state)
 
 
-def _log_model(inv: _Invocation, state: TrainingState, mlflow_run: MlflowRun | None) -> str | None:
-    if mlflow_run is None or not inv.job.log_model_to_mlflow or not inv.dist.is_main:
+def _log_model(inv: _Invocation, state: TrainingState, progress: _Progress) -> str | None:
+    if progress.mlflow_run is None or not inv.job.log_model_to_mlflow or not inv.dist.is_main:
         return None
-    return mlflow_run.log_model(state.model, inv.tokenizer.tokenizer)
+    return progress.mlflow("log the model", progress.mlflow_run.log_model, state.model, inv.tokenizer.tokenizer)
 
 
 def _result(
@@ -271,6 +334,7 @@ def _result(
     end_states: list[Any],
     checkpoint: CheckpointRef | None,
     model_uri: str | None,
+    dead_letters: int,
     wall_s: float,
 ) -> TrainJobResult:
     """What the invocation did, from the loop's result and every rank's data position before and after."""
@@ -305,6 +369,8 @@ def _result(
         data_wait_fraction=sum(waits) / len(waits) if waits else None,
         stop_reason=result.stop_reason,
         wall_s=wall_s,
+        dead_letters=dead_letters,
+        mlflow_error=progress.mlflow_error,
     )
 
 

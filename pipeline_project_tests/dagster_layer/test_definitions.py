@@ -23,7 +23,7 @@ def test_definitions_load_with_the_four_assets_checks_and_sensors():
     } <= checks
     blocking = {c.name for c in specs if c.blocking}
     assert {"checkpoint_reloads", "topic_holds_claimed_blocks", "cleaned_counts_add_up"} <= blocking
-    assert {s.name for s in defs.sensors} == {"raw_s3_sensor", "checkpoint_trigger_sensor"}
+    assert {s.name for s in defs.sensors} == {"raw_s3_sensor", "checkpoint_trigger_sensor", "ingest_automation_sensor"}
 
 
 def test_code_location_imports_nothing_heavy():

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import json
+import pickle
 import random
 
 import numpy as np
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -83,3 +85,30 @@ def test_resume_state_round_trip(tmp_path, tiny_model):
     assert (random.random(), np.random.rand()) == expected[:2] and torch.equal(torch.rand(3), expected[2])
     readable = json.loads((tmp_path / "resume" / "data_state.json").read_text())
     assert readable == {"step": 2, "data_states": data_states}
+
+
+def test_a_resume_state_from_s3_cannot_run_code(tmp_path):
+    """state.pt is read with weights_only=True: a pickle that calls a function is refused, not executed."""
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    (tmp_path / "resume").mkdir()
+    torch.save(
+        {"step": 1, "tokens_seen": 0, "optimizer": Payload(), "data_states": []}, tmp_path / "resume" / "state.pt"
+    )
+    with pytest.raises(pickle.UnpicklingError):
+        load_resume_state(tmp_path)
+    assert not marker.exists()
+
+
+def test_the_saved_resume_state_holds_only_tensors_and_plain_values(tmp_path, tiny_model):
+    cfg = tiny_config(max_steps=1)
+    optimizer = build_optimizer(tiny_model, cfg)
+    train(cfg, make_batches(1), model=tiny_model, optimizer=optimizer)
+    resume = ResumeState(step=1, tokens_seen=64, optimizer=optimizer.state_dict(), data_states=[], rng=capture_rng())
+    save_checkpoint(tmp_path, model=tiny_model, tokenizer=None, resume=resume)
+    state = torch.load(tmp_path / "resume" / "state.pt", weights_only=True)  # no allowlist needed
+    assert state["step"] == 1 and isinstance(state["rng"]["numpy"]["key"], list)

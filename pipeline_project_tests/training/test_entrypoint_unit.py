@@ -70,3 +70,28 @@ def test_job_file_carries_no_kafka_secret_the_trainer_reads_it_from_env(monkeypa
     assert "s3cret" not in str(job)
     monkeypatch.setenv("KAFKA_SASL_PASSWORD", "s3cret")
     assert JobConfig.model_validate(job).kafka.sasl_password == "s3cret"
+
+
+def test_dead_letters_are_counted_when_the_loader_reports_them_and_reach_the_metadata():
+    from pipeline_project.training.job import TrainJobResult
+    from pipeline_project.training.reporting import materialization_metadata
+    from pipeline_project.training.run import dead_letter_count
+
+    class Loader:
+        def __init__(self, metrics):
+            self._metrics = metrics
+
+        def metrics(self):
+            return self._metrics
+
+    assert dead_letter_count(Loader({"lag_total": 0, "dead_letters": 3})) == 3
+    assert dead_letter_count(Loader({"lag_total": 0})) == 0  # a loader that does not count them
+    result = TrainJobResult(
+        status="trained", message="m", steps=1, start_step=0, end_step=1, tokens=64, final_loss=1.0,
+        offsets_consumed={}, start_position={}, end_position={}, checkpoint_uri="s3://b/c/", hf_uri=None,
+        resumed_from=None, mlflow_run_id=None, mlflow_run_url=None, mlflow_model_uri=None, world_size=1,
+        device="cpu", tokens_per_s=None, data_wait_fraction=None, stop_reason="data_exhausted", wall_s=1.0,
+        dead_letters=3, mlflow_error="start the run: ConnectionError",
+    )  # fmt: skip
+    metadata = materialization_metadata(result)
+    assert metadata["dead_letters"] == 3 and metadata["mlflow_error"].startswith("start the run")

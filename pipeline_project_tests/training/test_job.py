@@ -89,3 +89,9 @@ def test_training_errors_share_a_base_and_keep_their_builtin():
 def test_one_run_url_for_trainer_and_resource():
     assert run_url("http://m:5000/", "3", "abc") == "http://m:5000/#/experiments/3/runs/abc"
     assert MlflowResource(tracking_uri="http://m:5000/").run_url("abc", "3") == run_url("http://m:5000", "3", "abc")
+
+
+def test_the_resource_exposes_mid_run_checkpoints_with_a_default_of_100_steps():
+    assert _job(TrainerResource()).train.checkpoint_every == TrainConfig().checkpoint_every == 100
+    assert _job(TrainerResource(checkpoint_every=5)).train.checkpoint_every == 5
+    assert _job(TrainerResource(checkpoint_every=0)).train.checkpoint_every is None  # only at the end
