@@ -12,9 +12,14 @@ from .service import Service, ServiceStatus
 DAGSTER_YAML = """\
 telemetry:
   enabled: false
+# Run, event-log and schedule storage in the stack's PostgreSQL (dagster-postgres), like deploy/dagster/dagster.yaml.
 storage:
-  sqlite:
-    base_dir: {home}/storage
+  postgres:
+    postgres_url: "{postgres_url}"
+# DefaultRunLauncher plus a worker health check, so run monitoring catches a run whose worker died.
+run_launcher:
+  module: pipeline_project.stack.run_launcher
+  class: LocalProcessRunLauncher
 compute_logs:
   module: dagster._core.storage.local_compute_log_manager
   class: LocalComputeLogManager
@@ -51,14 +56,14 @@ concurrency:
 run_retries:
   enabled: true
   max_retries: 3
-# Fails runs stuck starting or canceling and runs whose worker died (with launchers that can check a worker),
+# Fails runs stuck starting or canceling and runs whose worker died (LocalProcessRunLauncher checks the pid),
 # so their run slot frees and run_retries launches them again; frees the pool slots of runs that ended.
 run_monitoring:
   enabled: true
   start_timeout_seconds: 180
   cancel_timeout_seconds: 180
   max_resume_run_attempts: 0
-  poll_interval_seconds: 60
+  poll_interval_seconds: 15
   free_slots_after_run_end_seconds: 60
 """
 
@@ -120,7 +125,10 @@ class DagsterService(Service):
 
     def prepare(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "dagster.yaml").write_text(DAGSTER_YAML.format(home=self.home))
+        # SQLAlchemy 2.1 would drive a bare postgresql:// URL with psycopg 3; dagster-postgres needs psycopg2
+        url = self.config.postgres_url("dagster").replace("postgresql://", "postgresql+psycopg2://", 1)
+        instance_yaml = DAGSTER_YAML.format(home=self.home, postgres_url=url)
+        (self.home / "dagster.yaml").write_text(instance_yaml)
 
     def _graphql(self, query: str) -> dict | None:
         request = urllib.request.Request(

@@ -43,3 +43,25 @@ def s3(stack):
 def instance():
     with dg.instance_for_test() as inst:
         yield inst
+
+
+@pytest.fixture
+def pg_instance(stack):
+    """A Dagster instance whose run, event and schedule storage is a fresh database on the stack's PostgreSQL,
+    as the stack's own instance and deploy/dagster/dagster.yaml configure it."""
+    import uuid
+
+    import psycopg2
+
+    name = f"dagster_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    url = stack.postgres_url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://", 1) + f"/{name}"
+    with dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": url}}}) as inst:
+        yield inst
+    with admin.cursor() as cur:
+        cur.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    admin.close()

@@ -53,7 +53,8 @@ def test_sensor_batches_new_objects_then_skips_then_batches_more(instance, resou
     assert len(read_manifest(s3, layout.bucket, second).objects) == 3
 
 
-def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(instance, resources, layout, s3):
+def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_instance, resources, layout, s3):
+    instance = pg_instance  # Dagster storage in PostgreSQL, as the stack and deploy/ configure it
     files = generate(seed=2, docs_per_language=6)
     _upload(s3, layout, files)
     tick = _tick(instance, resources, None)
