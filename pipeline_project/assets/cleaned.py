@@ -1,5 +1,7 @@
 """`cleaned_shards`: repaired, filtered, PII-masked, deduplicated documents as zstd JSONL shards in S3."""
 
+import contextlib
+
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
@@ -7,20 +9,21 @@ from pipeline_project.assets.partitions import NETWORK_RETRY, batches, latest_ma
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.ingest import iter_batch_items, read_manifest
 from pipeline_project.resources.cleaning import CleaningResource
+from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 
 
-def refuse_other_content(produced, manifest_sha256: str, batch_id: str, topic: str) -> None:
+def refuse_other_content(produced, content_hash: str, batch_id: str, topic: str) -> None:
     """`token_blocks` refuses a batch whose ledger entry records other content: refuse it here first, before
-    anything is written, so the shards, the manifest and the dedup index keep what was produced."""
-    if produced is not None and produced.content_hash != manifest_sha256:
+    the index or the published manifest change, so both keep matching the blocks in the topic."""
+    if produced is not None and produced.content_hash != content_hash:
         raise dg.Failure(
             description=f"batch {batch_id} is already in topic {topic} (ledger content {produced.content_hash[:12]} "
-            f"at offsets {dict(produced.offsets)}); cleaning it again gives other content ({manifest_sha256[:12]}), "
-            "which token_blocks would refuse. Nothing was written: the published shards and the dedup index "
+            f"at offsets {dict(produced.offsets)}); cleaning it again gives other content ({content_hash[:12]}), "
+            "which token_blocks would refuse. Nothing was published: the shard manifest and the dedup index "
             "still match the blocks in the topic. Clean changed input as a new batch.",
-            metadata={"ledger_content_hash": produced.content_hash, "manifest_sha256": manifest_sha256},
+            metadata={"ledger_content_hash": produced.content_hash, "content_hash": content_hash},
             allow_retries=False,
         )
 
@@ -29,13 +32,12 @@ def refuse_other_content(produced, manifest_sha256: str, batch_id: str, topic: s
     partitions_def=batches,
     deps=[raw_text],
     group_name="ingest",
-    kinds={"s3", "python"},
+    kinds={"s3", "python", "postgres"},
     retry_policy=NETWORK_RETRY,
     automation_condition=dg.AutomationCondition.eager(),
-    # One cleaning step at a time: the cross-batch dedup index is read, extended and written back.
-    pool="dedup_index",
     description="Encoding repair, language ID, quality filters, PII masking, exact + MinHash dedup across "
-    "batches. Writes zstd JSONL shards + manifest; every dropped document goes to the exclusion sink with its reason.",
+    "batches (index in PostgreSQL, first writer wins). Streams the batch in chunks into zstd JSONL shards + "
+    "manifest; every dropped document goes to the exclusion sink with its reason.",
 )
 def cleaned_shards(
     context: dg.AssetExecutionContext,
@@ -43,61 +45,86 @@ def cleaned_shards(
     layout: PipelineLayout,
     cleaning: CleaningResource,
     kafka: KafkaResource,
+    dedup: DedupIndexResource,
 ) -> dg.MaterializeResult:
-    from pipeline_project.cleaning import CleaningPipeline, load_index, save_index
-    from pipeline_project.cleaning.publish import prepare_batch, write_prepared
+    from pipeline_project.cleaning import publish
+    from pipeline_project.cleaning.batch_writer import BatchWriter
+    from pipeline_project.cleaning.parallel import FilterPool
+    from pipeline_project.cleaning.stream import StreamingCleaner
 
     batch_id = context.partition_key
     client = s3.get_client()
     config = cleaning.config()
     manifest = read_manifest(client, layout.bucket, batch_id)
-    index = load_index(client, layout.bucket, layout.dedup_index_key)
-
-    # Order of the writes: nothing (index commit, shards, manifest, index file) before the token ledger says
-    # this content may be published; then the shards, the manifest last, then the index.
-    pipeline = CleaningPipeline(config)
-    items = iter_batch_items(client, manifest, config)
-    result = pipeline.run(items, batch_id=batch_id, index=index, commit=False)  # lookups only
-
-    def prepare():
-        return prepare_batch(
-            batch_id=batch_id,
-            shard_dir=layout.shard_dir(batch_id),
-            exclusions_dir=layout.exclusions_dir(batch_id),
-            result=result,
-            config=config,
-            input_keys=[o.key for o in manifest.objects],
-        )
-
+    mh = config.dedup.minhash
+    index = dedup.open(num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets)
+    records = publish.exclusion_recorder(config)
     produced = kafka.ledger_entry(layout.topic, batch_id)
-    if produced is not None:
-        refuse_other_content(produced, prepare().manifest_sha256, batch_id, layout.topic)
-    pipeline.commit(result)
-    result.check_counts()
-    prepared = prepare()
-    if produced is not None:  # documents another batch committed first (late drops) change the content
-        refuse_other_content(produced, prepared.manifest_sha256, batch_id, layout.topic)
-    published = write_prepared(client, layout.bucket, prepared)
-    save_index(client, layout.bucket, layout.dedup_index_key, index)
+    previous = publish.read_shard_manifest_or_none(client, layout.bucket, layout.shard_dir(batch_id))
 
-    shards = published.manifest
-    context.log.info(f"batch {batch_id}: {result.counts}")
+    # This attempt writes under prefixes of its own; what was published before stays until the new manifest
+    # replaces it. Order: clean (index lookups only) -> refuse if the ledger holds other content -> commit the
+    # index (first writer wins) -> exclusion sink -> manifest, the last write.
+    attempt = context.run.run_id[:8]
+    writer = BatchWriter(
+        client,
+        layout.bucket,
+        shard_prefix=f"{layout.shard_dir(batch_id)}{attempt}/",
+        exclusions_key=f"{layout.exclusions_dir(batch_id)}{attempt}/{publish.EXCLUSIONS_NAME}",
+        max_shard_bytes=cleaning.max_shard_mb << 20,
+    )
+    workers = cleaning.worker_count()
+    try:
+        with FilterPool(config, workers) if workers > 1 else contextlib.nullcontext() as pool:
+            cleaner = StreamingCleaner(config, pool, cleaning.chunk_docs, cleaning.chunk_mb << 20)
+            out = cleaner.run(iter_batch_items(client, manifest, config), batch_id, index, writer, records)
+        shard_manifest = _manifest(batch_id, config, manifest, out, writer)
+        refuse_other_content(produced, shard_manifest.content_hash(), batch_id, layout.topic)
+        cleaner.commit(out, index, writer, records)
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        index.close()
+    shard_manifest = _manifest(batch_id, config, manifest, out, writer)
+    writer.upload_exclusions()
+    published = publish.write_manifest(client, layout.bucket, layout.shard_dir(batch_id), shard_manifest)
+    publish.delete_superseded(client, layout.bucket, previous, shard_manifest)
+
+    context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {workers} filter workers")
     return dg.MaterializeResult(
         metadata={
-            "documents_in": result.counts["in"],
-            "kept": result.counts["kept"],
-            "dropped": result.counts["dropped"],
-            "quarantined": result.counts["quarantined"],
-            "dropped_by_reason": result.dropped_by_reason(),
-            "removal_table": dg.MetadataValue.md(result.removal_table_markdown()),
-            "bytes_out": shards.bytes_out,
-            "raw_bytes_kept": shards.raw_bytes_kept,
-            "shard_keys": [s.key for s in shards.shards],
-            "exclusions": dg.MetadataValue.path(f"s3://{layout.bucket}/{shards.exclusions}"),
-            "config_hash": shards.config_hash,
+            "documents_in": out.counts["in"],
+            "kept": out.counts["kept"],
+            "dropped": out.counts["dropped"],
+            "quarantined": out.counts["quarantined"],
+            "dropped_by_reason": dict(out.dropped_by_reason),
+            "removal_table": dg.MetadataValue.md(out.removal_table_markdown()),
+            "bytes_out": shard_manifest.bytes_out,
+            "raw_bytes_kept": shard_manifest.raw_bytes_kept,
+            "shard_keys": [sh.key for sh in shard_manifest.shards],
+            "exclusions": dg.MetadataValue.path(f"s3://{layout.bucket}/{shard_manifest.exclusions}"),
+            "config_hash": shard_manifest.config_hash,
+            "content_hash": shard_manifest.content_hash(),
             "manifest_sha256": published.manifest_sha256,
-            "dedup_index_entries": index.stats["entries"],
+            "chunks": out.chunks,
+            "filter_workers": workers,
         }
+    )
+
+
+def _manifest(batch_id, config, manifest, out, writer):
+    from pipeline_project.cleaning.publish import ShardEntry, ShardManifest
+
+    shards = writer.finish_shards()
+    return ShardManifest(
+        batch_id=batch_id,
+        config_version=config.version,
+        config_hash=config.config_hash(),
+        input_keys=tuple(o.key for o in manifest.objects),
+        counts={k: int(out.counts[k]) for k in ("in", "kept", "dropped", "quarantined")},
+        shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
+        exclusions=writer.exclusions_key,
     )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import zstandard
 
 from pipeline_project.cleaning.records import Document
-from pipeline_project.cleaning.shards import read_shard
+from pipeline_project.cleaning.shards import read_shard, shard_line
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,6 @@ class WrittenShard:
     raw_bytes: int
     bytes: int
     sha256: str
-
-
-def _line(doc: Document) -> bytes:
-    record = {"id": doc.id, "text": doc.text, "source": doc.source, "meta": doc.meta}
-    return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
 class BatchWriter:
@@ -62,7 +57,7 @@ class BatchWriter:
     # -- kept documents -------------------------------------------------------------------------------------
     def add_kept(self, docs: list[Document]) -> None:
         for doc in docs:
-            line = _line(doc)
+            line = shard_line(doc)
             if self._lines and self._size + len(line) > self.max_shard_bytes:
                 self._flush_shard()
             self._lines.append(line)

@@ -58,6 +58,9 @@ class DedupIndex:
     def __len__(self) -> int:
         return len(self.doc_ids)
 
+    def close(self) -> None:
+        """Nothing to release (the database-backed index closes its connection)."""
+
     def begin_batch(self, batch_id: str) -> None:
         """A re-run of a batch replaces its own entries: forget them before looking anything up."""
         self.drop_batch(batch_id)

@@ -75,8 +75,13 @@ def _copy_rows(cur, table: str, columns: str, rows: Iterator[str]) -> None:
 class PostgresDedupIndex:
     """Same lookups as `DedupIndex`, over a PostgreSQL database (`url`: a libpq connection string)."""
 
-    def __init__(self, url: str, num_perm: int = 112, num_bands: int = 14, connect_timeout_s: int = 10):
+    def __init__(
+        self, url: str, num_perm: int = 112, num_bands: int = 14, connect_timeout_s: int = 10, schema: str = "dedup"
+    ):
+        if not schema.replace("_", "").isalnum():
+            raise CleaningError(f"dedup index schema {schema!r}: letters, digits and _ only")
         self.url = url
+        self.schema = schema
         self.num_perm = num_perm
         self.num_bands = num_bands
         self.connect_timeout_s = connect_timeout_s
@@ -90,7 +95,10 @@ class PostgresDedupIndex:
 
         if self._conn is None or self._conn.closed:
             try:
-                self._conn = psycopg2.connect(self.url, connect_timeout=self.connect_timeout_s)
+                # each index lives in a schema of its own (one per pipeline deployment, or per test)
+                self._conn = psycopg2.connect(
+                    self.url, connect_timeout=self.connect_timeout_s, options=f"-c search_path={self.schema}"
+                )
             except psycopg2.Error as exc:
                 raise DedupStoreUnavailableError(f"dedup index database unreachable: {_first_line(exc)}") from None
             self._ensure_schema()
@@ -111,6 +119,7 @@ class PostgresDedupIndex:
     def _ensure_schema(self) -> None:
         with self._conn, self._conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.dedup_schema'))")
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
             cur.execute(_SCHEMA)
             cur.execute(
                 "INSERT INTO dedup_meta (name, value) VALUES ('schema_version', %s), ('num_perm', %s), "
@@ -266,7 +275,11 @@ class PostgresDedupIndex:
     @property
     def stats(self) -> dict:
         with self._cursor() as cur:
-            cur.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'dedup_docs'")
+            cur.execute(
+                "SELECT c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relname = 'dedup_docs' AND n.nspname = %s",
+                (self.schema,),
+            )
             row = cur.fetchone()
         return {"entries_estimate": max(0, int(row[0])) if row else 0, "backend": "postgres"}
 

@@ -13,18 +13,14 @@ The cross-batch dedup index is stored by `load_index` / `save_index`.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-
-import zstandard
 
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex
 from pipeline_project.cleaning.pipeline import CleaningResult
 from pipeline_project.cleaning.records import MAX_DETAIL_CHARS, Dropped, Quarantined
-from pipeline_project.cleaning.shards import write_shards
 from pipeline_project.cleaning.steps.pii import mask_pii
 
 MANIFEST_NAME = "manifest.json"
@@ -60,6 +56,19 @@ class ShardManifest:
     def raw_bytes_kept(self) -> int:
         return sum(s.raw_bytes for s in self.shards)
 
+    def content_hash(self) -> str:
+        """Fingerprint of what the batch holds: config, counts and shard contents, not where the shards are.
+
+        A re-run that keeps the same documents writes byte-identical shards (deterministic JSON and zstd), so
+        it has the same content hash under another attempt's keys; the token ledger records this hash.
+        """
+        payload = {
+            "config_hash": self.config_hash,
+            "counts": dict(sorted(self.counts.items())),
+            "shards": [[s.docs, s.raw_bytes, s.sha256] for s in self.shards],
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
     def to_json(self) -> bytes:
         payload = asdict(self)
         payload["input_keys"] = list(self.input_keys)
@@ -85,14 +94,6 @@ class PublishedBatch:
     manifest: ShardManifest
     manifest_key: str
     manifest_sha256: str  # of the manifest bytes as stored: the content fingerprint downstream steps use
-
-
-def _jsonl_zst(records: list[dict]) -> bytes:
-    raw = io.BytesIO()
-    for rec in records:
-        raw.write(json.dumps(rec, ensure_ascii=False).encode())
-        raw.write(b"\n")
-    return zstandard.ZstdCompressor(level=3).compress(raw.getvalue())
 
 
 def exclusion_records_of(dropped: list[Dropped], quarantined: list[Quarantined], config: CleaningConfig) -> list[dict]:
@@ -147,35 +148,28 @@ def publish_batch(
     config: CleaningConfig,
     input_keys: list[str],
 ) -> PublishedBatch:
-    """Write the shards, the exclusion sink and, last, the manifest of one cleaned batch."""
-    entries = []
-    for shard in write_shards(result.kept):
-        key = f"{shard_dir}{shard.name}"
-        client.put_object(Bucket=bucket, Key=key, Body=shard.data)
-        entries.append(
-            ShardEntry(
-                key=key,
-                docs=shard.docs,
-                raw_bytes=shard.raw_bytes,
-                bytes=len(shard.data),
-                sha256=hashlib.sha256(shard.data).hexdigest(),
-            )
-        )
-    exclusions_key = f"{exclusions_dir}{EXCLUSIONS_NAME}"
-    client.put_object(Bucket=bucket, Key=exclusions_key, Body=_jsonl_zst(exclusion_records(result, config)))
+    """Write one in-memory cleaning result: the shards, the exclusion sink and, last, the manifest.
+
+    The `cleaned_shards` asset streams instead (`stream.StreamingCleaner` into a `BatchWriter`); this is the
+    same writer for a result that is already whole, as tests and notebooks have it.
+    """
+    from pipeline_project.cleaning.batch_writer import BatchWriter
+
+    writer = BatchWriter(client, bucket, shard_dir, f"{exclusions_dir}{EXCLUSIONS_NAME}")
+    writer.add_kept(result.kept)
+    writer.add_excluded(exclusion_records(result, config))
+    shards = writer.finish_shards()
+    writer.upload_exclusions()
     manifest = ShardManifest(
         batch_id=batch_id,
         config_version=config.version,
         config_hash=config.config_hash(),
         input_keys=tuple(input_keys),
         counts=dict(result.counts),
-        shards=tuple(entries),
-        exclusions=exclusions_key,
+        shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
+        exclusions=writer.exclusions_key,
     )
-    body = manifest.to_json()
-    key = manifest_key(shard_dir)
-    client.put_object(Bucket=bucket, Key=key, Body=body)
-    return PublishedBatch(manifest=manifest, manifest_key=key, manifest_sha256=hashlib.sha256(body).hexdigest())
+    return write_manifest(client, bucket, shard_dir, manifest)
 
 
 def read_shard_manifest(client, bucket: str, shard_dir: str) -> ShardManifest:
@@ -225,70 +219,27 @@ def verify_published(client, bucket: str, manifest: ShardManifest) -> list[str]:
     return problems
 
 
-@dataclass(frozen=True)
-class PreparedBatch:
-    """Everything `write_prepared` puts in S3 for one batch, built in memory: nothing is written yet.
-
-    `manifest_sha256` is the fingerprint of the manifest as it will be stored, known before any write, so a
-    caller can refuse a batch (for example one the token ledger holds with other content) and leave no trace.
-    """
-
-    manifest: ShardManifest
-    manifest_key: str
-    manifest_body: bytes
-    shard_data: tuple[bytes, ...]  # in the order of manifest.shards
-    exclusions_body: bytes
-
-    @property
-    def manifest_sha256(self) -> str:
-        return hashlib.sha256(self.manifest_body).hexdigest()
+def write_manifest(client, bucket: str, shard_dir: str, manifest: ShardManifest) -> PublishedBatch:
+    """Write the manifest that names a batch's shards (the last write of a publication)."""
+    body = manifest.to_json()
+    key = manifest_key(shard_dir)
+    client.put_object(Bucket=bucket, Key=key, Body=body)
+    return PublishedBatch(manifest=manifest, manifest_key=key, manifest_sha256=hashlib.sha256(body).hexdigest())
 
 
-def prepare_batch(
-    *,
-    batch_id: str,
-    shard_dir: str,
-    exclusions_dir: str,
-    result: CleaningResult,
-    config: CleaningConfig,
-    input_keys: list[str],
-) -> PreparedBatch:
-    """The shards, exclusion sink and manifest `publish_batch` would write, as bytes (pure: no I/O)."""
-    shards = write_shards(result.kept)
-    entries = tuple(
-        ShardEntry(
-            key=f"{shard_dir}{shard.name}",
-            docs=shard.docs,
-            raw_bytes=shard.raw_bytes,
-            bytes=len(shard.data),
-            sha256=hashlib.sha256(shard.data).hexdigest(),
-        )
-        for shard in shards
-    )
-    manifest = ShardManifest(
-        batch_id=batch_id,
-        config_version=config.version,
-        config_hash=config.config_hash(),
-        input_keys=tuple(input_keys),
-        counts=dict(result.counts),
-        shards=entries,
-        exclusions=f"{exclusions_dir}{EXCLUSIONS_NAME}",
-    )
-    return PreparedBatch(
-        manifest=manifest,
-        manifest_key=manifest_key(shard_dir),
-        manifest_body=manifest.to_json(),
-        shard_data=tuple(shard.data for shard in shards),
-        exclusions_body=_jsonl_zst(exclusion_records(result, config)),
-    )
+def read_shard_manifest_or_none(client, bucket: str, shard_dir: str) -> ShardManifest | None:
+    try:
+        return read_shard_manifest(client, bucket, shard_dir)
+    except client.exceptions.NoSuchKey:
+        return None
 
 
-def write_prepared(client, bucket: str, prepared: PreparedBatch) -> PublishedBatch:
-    """Write a prepared batch: the shards, the exclusion sink and, last, the manifest (as `publish_batch`)."""
-    for entry, data in zip(prepared.manifest.shards, prepared.shard_data, strict=True):
-        client.put_object(Bucket=bucket, Key=entry.key, Body=data)
-    client.put_object(Bucket=bucket, Key=prepared.manifest.exclusions, Body=prepared.exclusions_body)
-    client.put_object(Bucket=bucket, Key=prepared.manifest_key, Body=prepared.manifest_body)
-    return PublishedBatch(
-        manifest=prepared.manifest, manifest_key=prepared.manifest_key, manifest_sha256=prepared.manifest_sha256
-    )
+def delete_superseded(client, bucket: str, old: ShardManifest | None, new: ShardManifest) -> int:
+    """Delete the objects of a previous publication that the new manifest no longer names (best effort)."""
+    if old is None:
+        return 0
+    keep = {s.key for s in new.shards} | {new.exclusions}
+    stale = [s.key for s in old.shards if s.key not in keep] + ([old.exclusions] if old.exclusions not in keep else [])
+    for key in stale:
+        client.delete_object(Bucket=bucket, Key=key)
+    return len(stale)

@@ -20,7 +20,8 @@ class Shard:
     raw_bytes: int
 
 
-def _line(doc: Document) -> bytes:
+def shard_line(doc: Document) -> bytes:
+    """One kept document as a shard's JSON line."""
     record = {"id": doc.id, "text": doc.text, "source": doc.source, "meta": doc.meta}
     return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
@@ -39,7 +40,7 @@ def write_shards(docs: list[Document], max_shard_bytes: int = 64 * 1024 * 1024) 
         lines, size = [], 0
 
     for doc in docs:
-        line = _line(doc)
+        line = shard_line(doc)
         if lines and size + len(line) > max_shard_bytes:
             flush()
         lines.append(line)

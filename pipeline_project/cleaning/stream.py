@@ -28,7 +28,7 @@ import numpy as np
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import ChainedIndex, DedupIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
-from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult
+from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult, removal_tables
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import StepStats
 
@@ -59,23 +59,27 @@ class StreamResult:
     chunks: int = 0
     # the dedup keys of every kept document, for the index commit
     doc_ids: list[str] = field(default_factory=list)
+    domains: list[str] = field(default_factory=list)  # each kept document's profile, for the index_commit rows
     exact: list[np.ndarray] = field(default_factory=list)
     bands: list[np.ndarray] = field(default_factory=list)
     signatures: list[np.ndarray] = field(default_factory=list)
 
     def add_stats(self, stats: list[StepStats]) -> None:
-        by_name = {s.name: s for s in self.step_stats}
+        by_key = {(s.profile, s.name): s for s in self.step_stats}
         for s in stats:
-            m = by_name.get(s.name)
+            m = by_key.get((s.profile, s.name))
             if m is None:
-                m = StepStats(s.name)
+                m = StepStats(s.name, profile=s.profile)
                 self.step_stats.append(m)
-                by_name[s.name] = m
+                by_key[(s.profile, s.name)] = m
             m.docs_in += s.docs_in
             m.dropped += s.dropped
             m.modified += s.modified
             m.seconds += s.seconds
             m.reasons.update(s.reasons)
+            for k, v in s.notes.items():
+                if isinstance(v, int | float):
+                    m.notes[k] = m.notes.get(k, 0) + v
 
     def count(self, result: CleaningResult) -> None:
         for key in ("in", "kept", "dropped", "quarantined"):
@@ -88,8 +92,7 @@ class StreamResult:
             raise CountsMismatchError(f"cleaning lost documents: {dict(c)}")
 
     def removal_table_markdown(self) -> str:
-        table = CleaningResult(step_stats=self.step_stats, counts=dict(self.counts))
-        return table.removal_table_markdown()
+        return removal_tables(self.step_stats, dict(self.counts))
 
 
 class StreamingCleaner:
@@ -143,6 +146,7 @@ class StreamingCleaner:
         ids = [d.id for d in kept]
         local.add(out.batch_id, ids, exact, bands, sigs)
         out.doc_ids.extend(ids)
+        out.domains.extend(d.meta.get("domain", "") for d in kept)
         out.exact.append(exact)
         out.bands.append(bands)
         out.signatures.append(sigs)
@@ -162,19 +166,31 @@ class StreamingCleaner:
             np.concatenate(out.signatures) if out.signatures else empty_sigs,
             near_threshold=self.pipeline._near_threshold(),
         )
-        stats = StepStats("index_commit", docs_in=len(out.doc_ids), dropped=len(late))
+        # one index_commit row per profile, so each profile's table still adds up
+        stats_of: dict[str, StepStats] = {}
+        for domain in out.domains:
+            stats_of.setdefault(domain, StepStats("index_commit", profile=domain)).docs_in += 1
+        for i in late:
+            stats_of[out.domains[i]].dropped += 1
         if late:
             ids = {out.doc_ids[i] for i in late}
             writer.retract(ids)
             dropped = [
-                Dropped(id=out.doc_ids[i], source="", step="index_commit", reason=reason, text="")
+                Dropped(
+                    id=out.doc_ids[i],
+                    source="",
+                    step="index_commit",
+                    reason=reason,
+                    text="",
+                    meta={"domain": out.domains[i]},
+                )
                 for i, reason in sorted(late.items())
             ]
             writer.add_excluded(exclusion_records(dropped, []))
-            for d in dropped:
-                stats.reasons[d.reason.split("_of:", 1)[0]] += 1
+            for i, d in zip(sorted(late), dropped):
+                stats_of[out.domains[i]].reasons[d.reason.split("_of:", 1)[0]] += 1
                 out.dropped_by_reason[f"index_commit:{d.reason.split(':', 1)[0]}"] += 1
             out.counts["kept"] -= len(late)
             out.counts["dropped"] += len(late)
-        out.add_stats([stats])
+        out.add_stats(list(stats_of.values()))
         out.check_counts()

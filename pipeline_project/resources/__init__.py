@@ -6,6 +6,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipeline_project.resources.cleaning import CleaningResource
+from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
@@ -44,5 +45,6 @@ def build_resources(settings: Settings | None = None) -> dict:
         "mlflow": MlflowResource(tracking_uri=s.mlflow_tracking_uri),
         "layout": PipelineLayout(bucket=s.bucket, raw_prefix=s.raw_prefix, topic=s.topic),
         "cleaning": CleaningResource(config_path=s.cleaning_config_path),
+        "dedup": DedupIndexResource(postgres_url=s.postgres_url),
         "trainer": TrainerResource(experiment_name=s.mlflow_experiment),
     }

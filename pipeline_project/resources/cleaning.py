@@ -9,12 +9,26 @@ import dagster as dg
 
 
 class CleaningResource(dg.ConfigurableResource):
-    """`config_path` names a JSON file of `CleaningConfig` fields; unset means the versioned defaults."""
+    """`config_path` names a JSON file of `CleaningConfig` fields; unset means the versioned defaults.
+
+    The rest sizes the work, never what is kept: `workers` processes run the per-document filters (0: one per
+    core this process may use, 1: in process), and a batch streams through in chunks of `chunk_docs`
+    documents or `chunk_mb` of text, whichever comes first, so memory does not grow with the batch.
+    """
 
     config_path: str | None = None
+    workers: int = 0
+    chunk_docs: int = 5000
+    chunk_mb: int = 64
+    max_shard_mb: int = 32
 
     def config(self):
         from pipeline_project.cleaning import CleaningConfig
 
         overrides = json.loads(Path(self.config_path).read_text()) if self.config_path else {}
         return CleaningConfig.model_validate(overrides)
+
+    def worker_count(self) -> int:
+        from pipeline_project.cleaning.parallel import default_workers
+
+        return self.workers if self.workers > 0 else default_workers()

@@ -20,6 +20,7 @@ import numpy as np
 from botocore.exceptions import ClientError
 from dagster_aws.s3 import S3Resource
 
+from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.streaming.packing import BlockPacker
@@ -174,6 +175,21 @@ class MemoryMlflowResource(MlflowResource):
         return f"{self.tracking_uri}/runs/{len(MLFLOW_RUNS)}"
 
 
+_DEDUP: dict[str, Any] = {}
+
+
+class MemoryDedupIndexResource(DedupIndexResource):
+    """The in-memory `DedupIndex` (the one the cleaning library's tests use), kept per store."""
+
+    postgres_url: str = "memory"
+    store: str
+
+    def open(self, num_perm: int, num_bands: int):
+        from pipeline_project.cleaning import DedupIndex
+
+        return _DEDUP.setdefault(self.store, DedupIndex(num_perm=num_perm, num_bands=num_bands))
+
+
 def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResource]:
     from pipeline_project.resources.cleaning import CleaningResource
 
@@ -182,5 +198,6 @@ def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResou
         "kafka": MemoryKafkaResource(store=store),
         "mlflow": MemoryMlflowResource(),
         "layout": layout,
-        "cleaning": CleaningResource(),
+        "cleaning": CleaningResource(workers=1),
+        "dedup": MemoryDedupIndexResource(store=store),
     }

@@ -87,7 +87,7 @@ def test_recleaning_a_produced_batch_with_the_same_content_proceeds(instance, re
         for e in again.get_asset_materialization_events()
     }
     ledger = standins._KAFKA[res["kafka"].store]["ledger"][(layout.topic, batch)]
-    assert meta["cleaned_shards"]["manifest_sha256"].value == ledger.content_hash
+    assert meta["cleaned_shards"]["content_hash"].value == ledger.content_hash
     assert meta["token_blocks"]["reused_existing"].value is True
 
 

@@ -55,6 +55,9 @@ def test_sensor_batches_new_objects_then_skips_then_batches_more(instance, resou
 
 def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_instance, resources, layout, s3):
     instance = pg_instance  # Dagster storage in PostgreSQL, as the stack and deploy/ configure it
+    from pipeline_project.resources.cleaning import CleaningResource
+
+    resources = {**resources, "cleaning": CleaningResource(workers=2, chunk_docs=20)}  # pool, several chunks
     files = generate(seed=2, docs_per_language=6)
     _upload(s3, layout, files)
     tick = _tick(instance, resources, None)
@@ -72,7 +75,10 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_in
     assert c["kept"] > 0 and c["dropped"] > 0 and c["quarantined"] > 0  # the sample has dupes, junk and bad lines
     assert meta["raw_text"]["documents"] + meta["raw_text"]["quarantined"] == c["documents_in"]
     k = meta["token_blocks"]
-    assert k["blocks"] > 0 and k["tokens"] == k["blocks"] * layout.seq_len
+    assert (
+        k["blocks"] > 0 and k["tokens"] + k["pad_tokens"] == k["blocks"] * layout.seq_len
+    )  # padded tail: no token lost
+    assert 0 <= k["pad_tokens"] < layout.seq_len
     assert k["reused_existing"] is False
     assert len(k["offset_ranges"]) > 1, "a batch spreads over several Kafka partitions"
     evaluations = result.get_asset_check_evaluations()
