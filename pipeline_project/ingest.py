@@ -149,44 +149,6 @@ def fetch_object(client, bucket: str, obj: RawObject) -> bytes:
 CURSOR_MARGIN_S = 2.0
 
 
-@dataclass(frozen=True)
-class SensorCursor:
-    since: str | None = None
-    edge_keys: tuple[str, ...] = ()
-
-    def to_json(self) -> str:
-        return json.dumps({"since": self.since, "edge_keys": list(self.edge_keys)})
-
-    @classmethod
-    def from_json(cls, raw: str | None) -> SensorCursor:
-        if not raw:
-            return cls()
-        d = json.loads(raw)
-        return cls(since=d.get("since"), edge_keys=tuple(d.get("edge_keys", ())))
-
-    def list_since(self) -> datetime | None:
-        if self.since is None:
-            return None
-        from datetime import timedelta
-
-        return datetime.fromisoformat(self.since) - timedelta(seconds=CURSOR_MARGIN_S)
-
-
-def plan_batch(listing: list[dict], cursor: SensorCursor, max_objects: int) -> tuple[list[RawObject], SensorCursor]:
-    """Pick the next batch from an S3 listing (oldest first) and advance the cursor past it."""
-    objects = [RawObject.from_listing(o) for o in listing if not o["Key"].endswith("/")]
-    seen = set(cursor.edge_keys)
-    fresh = sorted((o for o in objects if o.key not in seen), key=lambda o: (o.last_modified, o.key))
-    taken = fresh[:max_objects]
-    if not taken:
-        return [], cursor
-    since = max([taken[-1].last_modified] + ([cursor.since] if cursor.since else []))
-    edge_from = datetime.fromisoformat(since).timestamp() - CURSOR_MARGIN_S
-    known = [o for o in objects if o.key in seen] + taken
-    edge = sorted({o.key for o in known if datetime.fromisoformat(o.last_modified).timestamp() >= edge_from})
-    return taken, SensorCursor(since=since, edge_keys=tuple(edge))
-
-
 def _object_record(record_type, key: str, reason: str, detail: str):
     return record_type(id=key, source=key, reason=reason, detail=detail)
 

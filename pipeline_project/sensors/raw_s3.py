@@ -8,7 +8,8 @@ from pipeline_project.assets.cleaned import cleaned_shards
 from pipeline_project.assets.partitions import INGEST_RUN_TAGS, batches
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.assets.token_blocks import token_blocks
-from pipeline_project.ingest import BatchManifest, SensorCursor, make_batch_id, plan_batch, write_manifest_once
+from pipeline_project.ingest import BatchManifest, make_batch_id, write_manifest_once
+from pipeline_project.listing import Limits, TickCursor, plan_tick
 from pipeline_project.resources.layout import PipelineLayout
 
 INGEST_SELECTION = [raw_text, cleaned_shards, token_blocks]
@@ -19,19 +20,28 @@ INGEST_SELECTION = [raw_text, cleaned_shards, token_blocks]
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     asset_selection=INGEST_SELECTION,
-    description="Lists the raw prefix since the cursor; new objects become one `batches` partition "
-    "with an immutable manifest, and one run of raw_text -> cleaned_shards -> token_blocks.",
+    description="Lists the raw prefix after the cursor (keys after the last one taken; the whole prefix every "
+    "`full_scan_every` ticks); new objects become one `batches` partition (at most max_objects_per_batch "
+    "objects and max_batch_mb) with an immutable manifest, and one run of raw_text -> cleaned_shards -> "
+    "token_blocks.",
 )
 def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: PipelineLayout) -> dg.SensorResult:
-    cursor = SensorCursor.from_json(context.cursor)
+    cursor = TickCursor.from_json(context.cursor)
     client = s3.get_client()
-    listing = get_objects(
-        layout.bucket, prefix=layout.raw_prefix, since_last_modified=cursor.list_since(), client=client
+    limits = Limits(
+        max_objects=layout.max_objects_per_batch,
+        max_bytes=layout.max_batch_mb << 20,
+        full_scan_every=layout.full_scan_every,
     )
-    taken, new_cursor = plan_batch(listing, cursor, layout.max_objects_per_batch)
+
+    def list_all(since):
+        return get_objects(layout.bucket, prefix=layout.raw_prefix, since_last_modified=since, client=client)
+
+    taken, new_cursor = plan_tick(client, layout.bucket, layout.raw_prefix, cursor, limits, list_all)
     if not taken:
         return dg.SensorResult(
-            skip_reason=f"no new objects under s3://{layout.bucket}/{layout.raw_prefix}", cursor=cursor.to_json()
+            skip_reason=f"no new objects under s3://{layout.bucket}/{layout.raw_prefix} ({new_cursor.kind} listing)",
+            cursor=new_cursor.to_json(),
         )
     batch_id = make_batch_id(taken)
     manifest = write_manifest_once(client, BatchManifest(batch_id=batch_id, bucket=layout.bucket, objects=tuple(taken)))

@@ -47,7 +47,13 @@ class _Paginator:
         self.client = client
 
     def paginate(self, Bucket: str, Prefix: str = "", **_: Any):
-        yield self.client.list_objects_v2(Bucket=Bucket, Prefix=Prefix)
+        page = self.client.list_objects_v2(Bucket=Bucket, Prefix=Prefix)
+        yield page
+        while page.get("IsTruncated"):
+            page = self.client.list_objects_v2(
+                Bucket=Bucket, Prefix=Prefix, ContinuationToken=page["NextContinuationToken"]
+            )
+            yield page
 
 
 class MemoryS3Client:
@@ -57,6 +63,7 @@ class MemoryS3Client:
 
     def __init__(self, objects: dict[tuple[str, str], tuple[bytes, datetime]]):
         self.objects = objects
+        self.listed_keys = 0
 
     def put_object(self, Bucket: str, Key: str, Body: bytes, **_: Any) -> dict:
         # strictly increasing times, so the sensor's since_last_modified cursor sees every object
@@ -84,13 +91,21 @@ class MemoryS3Client:
         got = self.get_object(Bucket, Key)
         return {"ETag": got["ETag"], "ContentLength": got["ContentLength"]}
 
-    def list_objects_v2(self, Bucket: str, Prefix: str = "", **_: Any) -> dict:
+    def list_objects_v2(self, Bucket: str, Prefix: str = "", StartAfter: str = "", MaxKeys: int = 1000,
+                        ContinuationToken: str = "", **_: Any) -> dict:  # fmt: skip
+        after = ContinuationToken or StartAfter
+        keys = sorted(k for (b, k) in self.objects if b == Bucket and k.startswith(Prefix) and k > after)
+        page = keys[:MaxKeys]
+        self.listed_keys += len(page)  # what a tick cost: keys returned by listings
         contents = [
-            {"Key": k, "ETag": self._etag(b, k), "Size": len(data), "LastModified": t}
-            for (b, k), (data, t) in sorted(self.objects.items())
-            if b == Bucket and k.startswith(Prefix)
-        ]
-        return {"Contents": contents, "KeyCount": len(contents)}
+            {"Key": k, "ETag": self._etag(Bucket, k), "Size": len(self.objects[(Bucket, k)][0]),
+             "LastModified": self.objects[(Bucket, k)][1]}
+            for k in page
+        ]  # fmt: skip
+        out = {"Contents": contents, "KeyCount": len(contents), "IsTruncated": len(keys) > MaxKeys}
+        if out["IsTruncated"]:
+            out["NextContinuationToken"] = page[-1]
+        return out
 
     def get_paginator(self, name: str) -> _Paginator:
         assert name == "list_objects_v2", name

@@ -13,6 +13,7 @@ from pipeline_project.assets.token_blocks import token_blocks as token_blocks_as
 from pipeline_project.definitions import defs
 from pipeline_project.demo.sample_corpus import generate
 from pipeline_project.ingest import read_manifest
+from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.sensors.raw_s3 import raw_s3_sensor
 
 pytestmark = pytest.mark.stack
@@ -45,12 +46,23 @@ def test_sensor_batches_new_objects_then_skips_then_batches_more(instance, resou
     idle = _tick(instance, resources, first.cursor)
     assert idle.run_requests == [] and idle.skip_reason
 
-    _upload(s3, layout, files[6:9])
+    # the next objects sort after the ones taken (an append-style layout): the next tick lists only them
+    later = [f.__class__(f"raw/sample/zz-later/{f.key.removeprefix('raw/sample/')}", f.data) for f in files[6:9]]
+    _upload(s3, layout, later)
     more = _tick(instance, resources, idle.cursor or first.cursor)
-    assert len(more.run_requests) == 1
+    assert len(more.run_requests) == 1 and '"ticks": 2' in more.cursor  # an append listing, not a full one
     second = more.run_requests[0].partition_key
     assert second != batch
     assert len(read_manifest(s3, layout.bucket, second).objects) == 3
+
+    # an object whose key sorts before those taken waits for the next full listing, then lands once
+    _upload(s3, layout, files[9:10])
+    resources = {**resources, "layout": PipelineLayout(**{**layout.model_dump(), "full_scan_every": 1})}
+    full = _tick(instance, resources, more.cursor)
+    assert len(full.run_requests) == 1 and '"ticks": 0' in full.cursor
+    assert [o.key for o in read_manifest(s3, layout.bucket, full.run_requests[0].partition_key).objects] == [
+        layout.raw_prefix + files[9].key.removeprefix("raw/sample/")
+    ]
 
 
 def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_instance, resources, layout, s3):
