@@ -29,4 +29,21 @@ for component in kafka s3proxy; do
     (cd "deploy/local/$component" && mvn -q -B dependency:copy-dependencies)
   fi
 done
+# Strimzi CRD schemas for the deploy/k8s checks (pipeline_project_tests/deploy), generated from Strimzi's model
+# classes on Maven Central (deploy/k8s/schemas/pom.xml says why this way). Once; build/ is git-ignored.
+STRIMZI_CRDS=build/strimzi/crds
+if [ ! -f "$STRIMZI_CRDS/.complete" ]; then
+  echo "==> generating Strimzi 0.50.0 CRD schemas into $STRIMZI_CRDS"
+  mvn -q -B -f deploy/k8s/schemas/pom.xml dependency:copy-dependencies
+  mkdir -p "$STRIMZI_CRDS"
+  crdgen=(java -cp 'build/strimzi/jars/*' io.strimzi.crdgenerator.CrdGenerator
+    --target-kube 1.16+ --crd-api-version v1 --storage-version v1beta2 --yaml)
+  "${crdgen[@]}" --api-versions v1beta2,v1 \
+    io.strimzi.api.kafka.model.kafka.Kafka="$STRIMZI_CRDS/040-Crd-kafka.yaml" \
+    io.strimzi.api.kafka.model.nodepool.KafkaNodePool="$STRIMZI_CRDS/045-Crd-kafkanodepool.yaml" >/dev/null
+  "${crdgen[@]}" --api-versions v1alpha1,v1beta1,v1beta2,v1 \
+    io.strimzi.api.kafka.model.topic.KafkaTopic="$STRIMZI_CRDS/043-Crd-kafkatopic.yaml" \
+    io.strimzi.api.kafka.model.user.KafkaUser="$STRIMZI_CRDS/044-Crd-kafkauser.yaml" >/dev/null
+  touch "$STRIMZI_CRDS/.complete"
+fi
 echo "==> setup done"

@@ -1,26 +1,23 @@
 """The GPU trainer, launched out of process through dagster-pipes.
 
-Locally it is a subprocess (`torchrun` when there are several GPUs); on Kubernetes, swap the
-`PipesSubprocessClient` for `dagster_k8s.PipesK8sClient` with the same command.
+Where it runs is the `launch` config (`resources/launchers.py`): a local subprocess (`torchrun` when there
+are several GPUs) or a GPU pod through `dagster_k8s.PipesK8sClient`, with the same entry point.
 
-The hand-off is a typed `JobConfig` (`pipeline_project.training.job`), built and validated here and
-written with `model_dump_json()`, which leaves the Kafka SASL password out; the trainer process reads it
-from the environment it inherits. Every training default is declared once, in
-`pipeline_project.training.config.TrainConfig` (and `JobConfig`): a field left unset here (None) keeps it.
+The hand-off is a typed `JobConfig` (`pipeline_project.training.job`), built and validated here and passed
+as `model_dump_json()` in the trainer's environment (never a local file), which leaves the Kafka SASL
+password out; the trainer process reads that from its own environment. Every training default is declared
+once, in `pipeline_project.training.config.TrainConfig` (and `JobConfig`): a field left unset here (None) keeps it.
 The training modules are imported inside the methods, so loading this resource imports no torch.
 """
 
 from __future__ import annotations
 
 import enum
-import os
-import shutil
-import sys
-import tempfile
 from typing import TYPE_CHECKING, Any, get_args
 
 import dagster as dg
 
+from pipeline_project.resources.launchers import TrainerLaunch, launch_trainer
 from pipeline_project.training.config import PresetName  # pure pydantic: no torch
 
 if TYPE_CHECKING:
@@ -64,6 +61,8 @@ class TrainerResource(dg.ConfigurableResource):
     """0 = one process per visible GPU (torchrun when more than one), one CPU process without GPUs."""
     seed: int | None = None
     experiment_name: str | None = None
+    launch: TrainerLaunch = TrainerLaunch()
+    """How the trainer starts: `subprocess` (default) or `k8s` (a GPU pod); see `resources/launchers.py`."""
 
     def job_config(
         self,
@@ -115,21 +114,6 @@ class TrainerResource(dg.ConfigurableResource):
         except Exception:  # noqa: BLE001 - no usable CUDA means one CPU process
             return 1
 
-    def command(self, config_path: str) -> list[str]:
-        nproc = self._nproc()
-        entry = ["-m", "pipeline_project.training.entrypoint", "--config", config_path]
-        if nproc > 1:
-            return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *entry]
-        return [sys.executable, *entry]
-
     def run(self, context: dg.AssetExecutionContext, job: JobConfig) -> dg.MaterializeResult:
-        workdir = tempfile.mkdtemp(prefix="trainer-")
-        try:
-            config_path = os.path.join(workdir, "job.json")
-            with open(config_path, "w") as f:
-                f.write(job.model_dump_json())
-            # the trainer inherits this environment: its secrets (S3 keys, KAFKA_SASL_PASSWORD) travel that way
-            client = dg.PipesSubprocessClient(env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            return client.run(command=self.command(config_path), context=context).get_materialize_result()
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+        nproc = self._nproc() if self.launch.launcher == "subprocess" else 1  # a pod counts its own GPUs
+        return launch_trainer(context, self.launch, job, nproc).get_materialize_result()

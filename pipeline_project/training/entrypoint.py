@@ -3,8 +3,11 @@
 Also runs under `torchrun` (one process per GPU; gloo on CPU). The CLI contract, which
 `resources/trainer.py` and the tests rely on:
 
-- `--config` is a `JobConfig` JSON file (`pipeline_project.training.job`); secrets come from the
-  environment, never from the file;
+- the job is a `JobConfig` JSON (`pipeline_project.training.job`): a file (`--config job.json`), or the
+  value of an environment variable (`--config-env PIPELINE_TRAINER_JOB`), which is how the launchers
+  (`resources/launchers.py`) hand it over, so a pod needs no file from the run worker. Secrets come from
+  the environment, never from the job;
+- `--print-config` validates the job, prints it as JSON and exits, without training or touching a service;
 - the invocation itself is `run.run_job` (resume, train, checkpoint, MLflow, dagster-pipes report);
 - rank 0 writes the `TrainJobResult` JSON to `--result` (or the config's `result_path`) and prints it
   as the last stdout line, prefixed by `TRAIN_RESULT `;
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -33,13 +37,30 @@ def _publish(result: TrainJobResult, result_path: str | None) -> None:
     print(RESULT_PREFIX + payload, flush=True)
 
 
+def _job_json(path: str | None, env_name: str | None) -> str:
+    """The job's JSON: the file's text, or the variable's value. The job is this CLI's input, not a setting;
+    the variable's name comes from the command line, so the launcher decides where the job travels."""
+    if path is not None:
+        return Path(path).read_text()
+    value = os.environ.get(env_name or "")
+    if not value:
+        raise SystemExit(f"--config-env {env_name}: the variable is not set or empty")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="job config JSON (JobConfig)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="job config JSON file (JobConfig)")
+    source.add_argument("--config-env", metavar="NAME", help="environment variable holding the job config JSON")
     parser.add_argument("--result", help="where to write the result JSON (default: the config's result_path)")
+    parser.add_argument("--print-config", action="store_true", help="validate the job, print it as JSON, exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    job = JobConfig.model_validate_json(Path(args.config).read_text())
+    job = JobConfig.model_validate_json(_job_json(args.config, args.config_env))
+    if args.print_config:
+        print(job.model_dump_json(), flush=True)
+        return 0
     try:
         result = run_job(job)
         if DistEnv.from_env().rank == 0:

@@ -151,7 +151,7 @@ def _open_resume_point(inv: _Invocation) -> _ResumePoint:
     resume_dir = None
     if previous is not None:
         resume_dir = inv.work_dir / f"resume-step-{previous.step}"
-        if inv.dist.is_main:
+        if inv.dist.local_rank == 0:  # once per node: the ranks of a node share its scratch dir
             download_prefix(inv.s3, job.bucket, previous.uri.removeprefix(f"s3://{job.bucket}/"), resume_dir)
         distributed.barrier()
         inv.report.info(f"continuing from {previous.uri} (step {previous.step})")

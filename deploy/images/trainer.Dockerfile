@@ -1,0 +1,32 @@
+# syntax=docker/dockerfile:1
+# The trainer image: pipeline_project on CUDA. PyPI's torch wheels for Linux bundle the CUDA 12.8 runtime
+# libraries; the nvidia/cuda base adds what the NVIDIA container runtime expects (NVIDIA_* variables,
+# compat libraries). Launched as the trainer pod (PipesK8sClient, JobSet) or, on one host, as the compose
+# code server with a GPU reservation (deploy/compose/compose.gpu.yaml). Build from the repository root:
+#   docker build -f deploy/images/trainer.Dockerfile -t pipeline-trainer:dev .
+ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+
+FROM ${CUDA_IMAGE}
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+# Ubuntu 24.04's Python 3.12; package versions float with the base image tag, which pins them.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    DAGSTER_HOME=/opt/dagster/dagster_home
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY pipeline_project ./pipeline_project
+RUN pip install . \
+    && useradd --create-home --uid 10001 pipeline \
+    && mkdir -p /opt/dagster/dagster_home /scratch \
+    && chown -R pipeline /opt/dagster /scratch
+WORKDIR /scratch
+USER 10001
+# The launchers set the command (torchrun ... -m pipeline_project.training.entrypoint --config-env ...).
+ENTRYPOINT []
+CMD ["python", "-m", "pipeline_project.training.entrypoint", "--help"]

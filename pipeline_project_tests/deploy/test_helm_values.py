@@ -1,0 +1,234 @@
+"""deploy/k8s/dagster/values.yaml, for Dagster's Helm chart 1.13.
+
+The chart itself is on no registry this project's CI reaches, so `helm template` cannot render it here, and
+its values.schema.json cannot be fetched either. What is checked instead:
+- every key path the values use is one the chart's values schema defines (`CHART_KEYS`, transcribed from the
+  chart's schema models, helm/dagster/schema in the dagster repository, 1.13 line); an unknown or misspelt key
+  fails;
+- the Kubernetes pieces inside the values (env, volumes, mounts, resources, the run pod's spec) are checked
+  against Kubernetes' own schemas, inside a Pod;
+- the instance policy equals deploy/dagster/dagster.yaml (run queue, limits, pools, retries, monitoring);
+- the user deployment serves the module that pyproject.toml and workspace.yaml name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from pipeline_project_tests.deploy.helpers import DEPLOY, K8S, REPO, validate_k8s
+
+ANY = "any"  # a scalar, or a subtree the chart passes through without a schema of its own
+K8S_ENV = "k8s:env"
+K8S_VOLUMES = "k8s:volumes"
+K8S_MOUNTS = "k8s:volumeMounts"
+K8S_RESOURCES = "k8s:resources"
+K8S_POD_SPEC = "k8s:podSpec"
+K8S_CONTAINER = "k8s:container"
+
+_USER_DEPLOYMENT = {
+    "name": ANY,
+    "image": {"repository": ANY, "tag": ANY, "pullPolicy": ANY},
+    "port": ANY,
+    "dagsterApiGrpcArgs": ANY,
+    "codeServerArgs": ANY,
+    "includeConfigInLaunchedRuns": {"enabled": ANY},
+    "env": K8S_ENV,
+    "envConfigMaps": [{"name": ANY, "optional": ANY}],
+    "envSecrets": [{"name": ANY, "optional": ANY}],
+    "annotations": ANY,
+    "nodeSelector": ANY,
+    "affinity": ANY,
+    "tolerations": ANY,
+    "podSecurityContext": ANY,
+    "securityContext": ANY,
+    "resources": K8S_RESOURCES,
+    "livenessProbe": ANY,
+    "readinessProbe": ANY,
+    "startupProbe": ANY,
+    "labels": ANY,
+    "volumeMounts": K8S_MOUNTS,
+    "volumes": K8S_VOLUMES,
+    "schedulerName": ANY,
+}
+
+CHART_KEYS: dict[str, Any] = {
+    "global": {
+        "postgresqlSecretName": ANY,
+        "dagsterHome": ANY,
+        "serviceAccountName": ANY,
+        "celeryConfigSecretName": ANY,
+    },
+    "telemetry": {"enabled": ANY},
+    "postgresql": {
+        "enabled": ANY,
+        "image": {"repository": ANY, "tag": ANY, "pullPolicy": ANY},
+        "postgresqlHost": ANY,
+        "postgresqlUsername": ANY,
+        "postgresqlPassword": ANY,
+        "postgresqlDatabase": ANY,
+        "postgresqlParams": ANY,
+        "postgresqlScheme": ANY,
+        "service": {"port": ANY},
+    },
+    "generatePostgresqlPasswordSecret": ANY,
+    "dagster-user-deployments": {
+        "enabled": ANY,
+        "enableSubchart": ANY,
+        "imagePullSecrets": ANY,
+        "deployments": [_USER_DEPLOYMENT],
+    },
+    "runLauncher": {
+        "type": ANY,
+        "config": {
+            "k8sRunLauncher": {
+                "image": ANY,
+                "imagePullPolicy": ANY,
+                "jobNamespace": ANY,
+                "loadInclusterConfig": ANY,
+                "kubeconfigFile": ANY,
+                "envConfigMaps": ANY,
+                "envSecrets": ANY,
+                "envVars": ANY,
+                "volumeMounts": K8S_MOUNTS,
+                "volumes": K8S_VOLUMES,
+                "labels": ANY,
+                "failPodOnRunFailure": ANY,
+                "resources": K8S_RESOURCES,
+                "schedulerName": ANY,
+                "securityContext": ANY,
+                "runK8sConfig": {
+                    "containerConfig": K8S_CONTAINER,
+                    "podSpecConfig": K8S_POD_SPEC,
+                    "podTemplateSpecMetadata": ANY,
+                    "jobSpecConfig": ANY,
+                    "jobMetadata": ANY,
+                },
+            }
+        },
+    },
+    "dagsterDaemon": {
+        "runCoordinator": {
+            "enabled": ANY,
+            "type": ANY,
+            "config": {
+                "queuedRunCoordinator": {
+                    "maxConcurrentRuns": ANY,
+                    "tagConcurrencyLimits": ANY,
+                    "dequeueIntervalSeconds": ANY,
+                    "dequeueNumWorkers": ANY,
+                    "dequeueUseThreads": ANY,
+                }
+            },
+        },
+        # Dict[str, Any] in the schema; these are the keys configmap-instance.yaml reads
+        "runMonitoring": {
+            "enabled": ANY,
+            "startTimeoutSeconds": ANY,
+            "cancelTimeoutSeconds": ANY,
+            "maxResumeRunAttempts": ANY,
+            "pollIntervalSeconds": ANY,
+            "freeSlotsAfterRunEndSeconds": ANY,
+        },
+        "runRetries": {"enabled": ANY, "maxRetries": ANY},
+    },
+    "concurrency": {
+        "enabled": ANY,
+        "pools": {"defaultLimit": ANY, "granularity": ANY, "opGranularityRunBuffer": ANY},
+        "runs": {"maxConcurrentRuns": ANY, "tagConcurrencyLimits": [{"key": ANY, "value": ANY, "limit": ANY}]},
+    },
+}
+
+
+def _values() -> dict[str, Any]:
+    return yaml.safe_load((K8S / "dagster" / "values.yaml").read_text())
+
+
+def _walk(value: Any, allowed: Any, path: str, k8s: list[tuple[str, str, Any]]) -> list[str]:
+    """Unknown key paths under `path`; the Kubernetes-typed subtrees are collected into `k8s`."""
+    if allowed == ANY:
+        return []
+    if isinstance(allowed, str):
+        k8s.append((allowed, path, value))
+        return []
+    if isinstance(allowed, list):
+        assert isinstance(value, list), f"{path}: expected a list"
+        return [bad for i, item in enumerate(value) for bad in _walk(item, allowed[0], f"{path}[{i}]", k8s)]
+    assert isinstance(value, dict), f"{path}: expected a mapping"
+    bad = [f"{path}.{key}".lstrip(".") for key in value if key not in allowed]
+    return bad + [b for key, v in value.items() if key in allowed for b in _walk(v, allowed[key], f"{path}.{key}", k8s)]
+
+
+def test_values_use_only_keys_the_chart_defines():
+    k8s: list = []
+    assert _walk(_values(), CHART_KEYS, "", k8s) == []
+
+
+def test_the_kubernetes_pieces_of_the_values_are_valid_kubernetes():
+    k8s: list = []
+    _walk(_values(), CHART_KEYS, "", k8s)
+    container: dict[str, Any] = {"name": "c", "image": "i"}
+    pod_spec: dict[str, Any] = {"containers": [container], "volumes": []}
+    for kind, path, value in k8s:
+        if kind in (K8S_ENV, K8S_MOUNTS, K8S_RESOURCES):
+            container.setdefault(kind.split(":")[1], [] if kind != K8S_RESOURCES else {})
+            if kind == K8S_RESOURCES:
+                container["resources"] = value
+            else:
+                container[kind.split(":")[1]] += value
+        elif kind == K8S_VOLUMES:
+            pod_spec["volumes"] += value
+        elif kind == K8S_CONTAINER:
+            container.update(value)
+        elif kind == K8S_POD_SPEC:
+            pod_spec.update(value)
+        else:
+            raise AssertionError(f"{path}: unhandled {kind}")
+    validate_k8s({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "values"}, "spec": pod_spec})
+    mounts = {m["name"] for m in container.get("volumeMounts", [])}
+    assert mounts <= {v["name"] for v in pod_spec["volumes"]}
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _camel_keys(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {_camel(k): _camel_keys(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_camel_keys(v) for v in node]
+    return node
+
+
+def test_the_instance_policy_equals_deploy_dagster_yaml():
+    instance = yaml.safe_load((DEPLOY / "dagster" / "dagster.yaml").read_text())
+    values = _values()
+    daemon = values["dagsterDaemon"]
+    assert (
+        daemon["runCoordinator"]["enabled"] and instance["run_coordinator"]["class"] == daemon["runCoordinator"]["type"]
+    )
+    assert daemon["runRetries"] == _camel_keys(instance["run_retries"])
+    assert daemon["runMonitoring"] == _camel_keys(instance["run_monitoring"])
+    concurrency = values["concurrency"]
+    assert concurrency["enabled"] is True
+    assert {k: v for k, v in concurrency.items() if k != "enabled"} == _camel_keys(instance["concurrency"])
+    # the chart refuses run limits in both places; they live under `concurrency`
+    assert not daemon["runCoordinator"]["config"]["queuedRunCoordinator"]
+
+
+def test_the_user_deployment_serves_the_project_module_and_runs_on_k8s():
+    values = _values()
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    module = re.search(r'module_name = "([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    assert deployment["codeServerArgs"] == ["-m", module]
+    assert module in (REPO / "workspace.yaml").read_text()
+    assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True
+    assert values["runLauncher"]["type"] == "K8sRunLauncher"
+    assert values["postgresql"]["enabled"] is False and values["generatePostgresqlPasswordSecret"] is False
+    assert values["postgresql"]["postgresqlHost"].split(".")[0] == "postgres"  # deploy/k8s/base/postgres.yaml's Service
+    assert re.fullmatch(r"\d+\.\d+\.\d+", str(deployment["image"]["tag"]))  # a fixed tag, never latest
+    assert deployment["envConfigMaps"] == [{"name": "pipeline-settings"}]

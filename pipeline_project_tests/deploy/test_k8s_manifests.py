@@ -1,0 +1,163 @@
+"""deploy/k8s: every plain manifest against Kubernetes' schemas, every Strimzi resource against Strimzi's CRD
+schemas, and the references between them (Secrets, the Kafka login and its ACLs) against the code."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from pipeline_project.resources.launchers import TrainerLaunch
+from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.ledger import ledger_topic
+from pipeline_project_tests.deploy.helpers import (
+    K8S,
+    STRIMZI_KINDS,
+    k8s_manifests,
+    validate_k8s,
+    validate_strimzi,
+)
+
+BASE = k8s_manifests("base")
+KAFKA = k8s_manifests("kafka")
+
+
+def _ids(items):
+    return [f"{path.parent.name}/{path.name}:{doc['kind']}/{doc['metadata']['name']}" for path, doc in items]
+
+
+@pytest.mark.parametrize(("path", "doc"), BASE, ids=_ids(BASE))
+def test_plain_manifests_fit_the_kubernetes_schemas(path, doc):
+    validate_k8s(doc)
+
+
+@pytest.mark.parametrize(("path", "doc"), KAFKA, ids=_ids(KAFKA))
+def test_strimzi_resources_fit_strimzis_crd_schemas(path, doc):
+    assert doc["kind"] in STRIMZI_KINDS
+    validate_strimzi(doc)
+
+
+def test_the_validators_reject_what_they_should():
+    """Both checks are live: an unknown field and a wrong type fail them."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolcy": "Always"}]},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_k8s(pod)
+    topic = copy.deepcopy(next(doc for _, doc in KAFKA if doc["kind"] == "KafkaTopic"))
+    topic["spec"]["partitons"] = 8
+    with pytest.raises(jsonschema.ValidationError):
+        validate_strimzi(topic)
+    topic = copy.deepcopy(next(doc for _, doc in KAFKA if doc["kind"] == "KafkaTopic"))
+    topic["spec"]["replicas"] = "three"
+    with pytest.raises(jsonschema.ValidationError):
+        validate_strimzi(topic)
+
+
+def test_everything_is_in_the_pipeline_namespace():
+    for path, doc in BASE + KAFKA:
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"].get("namespace") == "pipeline", (
+                f"{path.name}: {doc['kind']}/{doc['metadata']['name']}"
+            )
+
+
+def _strimzi_secrets() -> set[str]:
+    """The Secrets Strimzi writes: `<cluster>-cluster-ca-cert` and one per KafkaUser, named after it."""
+    names = {f"{doc['metadata']['name']}-cluster-ca-cert" for _, doc in KAFKA if doc["kind"] == "Kafka"}
+    return names | {doc["metadata"]["name"] for _, doc in KAFKA if doc["kind"] == "KafkaUser"}
+
+
+def _referenced_secrets(node: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key in ("secretKeyRef", "secretRef"):
+            if isinstance(node.get(key), dict):
+                found.add(node[key]["name"])
+        if isinstance(node.get("secret"), dict) and "secretName" in node["secret"]:
+            found.add(node["secret"]["secretName"])
+        for value in node.values():
+            found |= _referenced_secrets(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= _referenced_secrets(value)
+    return found
+
+
+def _settings() -> dict[str, str]:
+    (doc,) = [doc for _, doc in BASE if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "pipeline-settings"]
+    return doc["data"]
+
+
+def test_every_referenced_secret_is_documented_or_written_by_strimzi():
+    from pipeline_project.resources.launchers import k8s_pod_spec
+
+    provided = {doc["metadata"]["name"] for _, doc in BASE if doc["kind"] == "Secret"} | _strimzi_secrets()
+    values = yaml.safe_load((K8S / "dagster" / "values.yaml").read_text())
+    trainer = k8s_pod_spec(TrainerLaunch.from_json(_settings()["PIPELINE_TRAINER_LAUNCH"]))
+    used = _referenced_secrets([doc for _, doc in BASE]) | _referenced_secrets(values) | _referenced_secrets(trainer)
+    assert used <= provided, f"referenced but never created: {sorted(used - provided)}"
+    assert values["global"]["postgresqlSecretName"] in provided
+
+
+def test_the_kafka_login_is_what_the_settings_and_the_acls_expect():
+    (user,) = [doc for _, doc in KAFKA if doc["kind"] == "KafkaUser"]
+    (cluster,) = [doc for _, doc in KAFKA if doc["kind"] == "Kafka"]
+    settings = _settings()
+    (listener,) = [
+        listener
+        for listener in cluster["spec"]["kafka"]["listeners"]
+        if settings["PIPELINE_KAFKA_BOOTSTRAP"].endswith(f":{listener['port']}")
+    ]
+    assert listener["tls"] and listener["authentication"]["type"] == "scram-sha-512"
+    assert settings["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and settings["KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    assert settings["KAFKA_SASL_USERNAME"] == user["metadata"]["name"]
+    assert settings["PIPELINE_KAFKA_BOOTSTRAP"].startswith(f"{cluster['metadata']['name']}-kafka-bootstrap.")
+    assert user["spec"]["authentication"]["type"] == "scram-sha-512"
+
+    acls = {
+        (a["resource"]["type"], a["resource"]["name"], a["resource"].get("patternType", "literal")): set(
+            a["operations"]
+        )
+        for a in user["spec"]["authorization"]["acls"]
+    }
+    topic = PipelineLayout().topic
+    assert settings["PIPELINE_TOPIC"] == topic
+    for name in (topic, ledger_topic(topic)):
+        # ensure_topic: CreateTopics (authorized before "already exists"), DescribeConfigs; producer, loader
+        assert {"Create", "Describe", "DescribeConfigs", "Read", "Write"} <= acls[("topic", name, "literal")]
+    client_id = KafkaSettings.model_fields["client_id"].default
+    # transactional ids are f"{client_id}.{topic}.{batch}" (streaming.producer.transactional_id_for)
+    assert {"Describe", "Write"} <= acls[("transactionalId", f"{client_id}.", "prefix")]
+    assert KafkaSettings(bootstrap_servers="b:1").consumer_config()["group.id"].startswith(f"{client_id}.")
+    assert {"Read"} <= acls[("group", f"{client_id}.", "prefix")]
+
+
+def test_the_trainer_pod_of_the_cluster_settings_mounts_the_kafka_ca_where_the_settings_say():
+    launch = TrainerLaunch.from_json(_settings()["PIPELINE_TRAINER_LAUNCH"])
+    assert launch.launcher == "k8s" and launch.image
+    ca_path = _settings()["KAFKA_SSL_CA_LOCATION"]
+    (cluster,) = [doc for _, doc in KAFKA if doc["kind"] == "Kafka"]
+    mount = launch.secret_volumes[f"{cluster['metadata']['name']}-cluster-ca-cert"]
+    assert ca_path == f"{mount}/ca.crt"
+
+
+def test_postgres_init_creates_the_databases_the_urls_name():
+    (init,) = [doc for _, doc in BASE if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "postgres-init"]
+    sql = "\n".join(init["data"].values())
+    values = yaml.safe_load((K8S / "dagster" / "values.yaml").read_text())
+    (mlflow,) = [doc for _, doc in BASE if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "mlflow"]
+    backend = next(
+        a for a in mlflow["spec"]["template"]["spec"]["containers"][0]["command"] if "--backend-store-uri" in a
+    )
+    for db in (values["postgresql"]["postgresqlDatabase"], backend.rsplit("/", 1)[1]):
+        assert f"CREATE DATABASE {db} " in sql
+    assert _settings()["PIPELINE_POSTGRES_URL"].rsplit("/", 1)[1] == "pipeline"  # POSTGRES_DB itself

@@ -1,0 +1,90 @@
+"""The KafkaTopic resources in deploy/k8s/kafka/topics.yaml equal what the code's `ensure_topic` demands.
+
+The expected layouts come from the project's own code, not from copies: `PipelineLayout`'s defaults (its
+`topic_config()` included) go through the real `ensure_topic` (the token topic, as the `token_blocks` asset
+calls it) and the real `ensure_ledger_topic` (its ledger), and the test records the NewTopic they would create.
+So a change to the partitions, the replication, min.insync.replicas, retention or compaction in the code fails
+this test until the YAML follows.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.streaming import ledger, topics
+from pipeline_project_tests.deploy.helpers import K8S, yaml_docs
+
+
+class _Created(Exception):
+    """Raised by the recording NewTopic, so ensure_topic stops before it talks to a broker."""
+
+    def __init__(self, name: str, num_partitions: int, replication_factor: int, config: dict):
+        super().__init__(name)
+        self.layout = {"partitions": num_partitions, "replicas": replication_factor, "config": dict(config)}
+
+
+def _record_new_topic(name, num_partitions, replication_factor, config=None, **_):
+    raise _Created(name, num_partitions, replication_factor, config or {})
+
+
+class _DataTopicMetadata:
+    """Just enough AdminClient for `ensure_ledger_topic` to read the data topic's replication factor."""
+
+    def __init__(self, topic: str, partitions: int, replicas: int):
+        parts = {p: SimpleNamespace(replicas=list(range(replicas)), leader=0) for p in range(partitions)}
+        self.topics = {topic: SimpleNamespace(error=None, partitions=parts)}
+
+    def list_topics(self, topic=None, timeout=None):
+        return self
+
+
+def _demanded(monkeypatch) -> dict[str, dict]:
+    monkeypatch.setattr(topics, "NewTopic", _record_new_topic)
+    layout = PipelineLayout()
+    demanded = {}
+    with pytest.raises(_Created) as created:
+        # the token_blocks asset's call (assets/token_blocks.py), through KafkaResource.ensure_topic
+        topics.ensure_topic(
+            None,
+            layout.topic,
+            partitions=layout.topic_partitions,
+            replication_factor=layout.replication_factor,
+            min_insync_replicas=layout.min_insync_replicas,
+            config=layout.topic_config(),
+        )
+    demanded[layout.topic] = created.value.layout
+    admin = _DataTopicMetadata(layout.topic, layout.topic_partitions, layout.replication_factor)
+    with pytest.raises(_Created) as created:
+        ledger.ensure_ledger_topic(admin, layout.topic)
+    demanded[ledger.ledger_topic(layout.topic)] = created.value.layout
+    return demanded
+
+
+def _declared() -> dict[str, dict]:
+    declared = {}
+    for doc in yaml_docs(K8S / "kafka" / "topics.yaml"):
+        assert doc["kind"] == "KafkaTopic"
+        spec = doc["spec"]
+        name = spec.get("topicName", doc["metadata"]["name"])
+        config = {k: str(v) for k, v in (spec.get("config") or {}).items()}
+        declared[name] = {"partitions": spec["partitions"], "replicas": spec["replicas"], "config": config}
+    return declared
+
+
+def test_kafka_topics_equal_what_ensure_topic_demands(monkeypatch):
+    demanded = _demanded(monkeypatch)
+    assert set(demanded) == {"token-blocks", "token-blocks.ledger"}  # the default topic names, both declared
+    assert _declared() == demanded
+
+
+def test_the_ledger_is_compacted_and_the_token_topic_keeps_its_blocks(monkeypatch):
+    demanded = _demanded(monkeypatch)
+    assert demanded["token-blocks.ledger"]["config"]["cleanup.policy"] == "compact"
+    assert demanded["token-blocks.ledger"]["partitions"] == 1
+    token = demanded["token-blocks"]["config"]
+    assert token.get("cleanup.policy", "delete") == "delete"
+    # checkpoints hold offsets into the topic: nothing may expire under them
+    assert token.get("retention.ms") == token.get("retention.bytes") == str(topics.INFINITE)
