@@ -1,0 +1,229 @@
+"""The ingest graph (S3 -> cleaned shards -> token blocks) on the local stack: throughput, scaling, dedup cost
+per batch over consecutive batches, and peak memory by batch size.
+
+    .venv/bin/pipeline-project stack up
+    .venv/bin/python bench/ingest_bench.py --mb 200 --batches 10 --rss-mb 25 50 100
+
+Raw text is built from ../shared/corpus (its JSONL and text files, books cut into chapters) with exact
+copies and word-edited near-duplicates mixed in, uploaded to S3 under `bench-<stamp>/raw/<batch>/`. Each batch
+is materialized with the project's real resources (s3proxy, PostgreSQL dedup index, 3 Kafka brokers) through
+`dg.materialize`, in a subprocess per measurement so its peak RSS is its own. Prints a table with the load
+average and writes bench/results/ingest.json.
+
+Measured per run: wall seconds per asset (from the run's step events), documents and MB in, the index commit
+and lookup seconds of cleaned_shards, and ru_maxrss of the subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+RESULTS = ROOT / "bench" / "results" / "ingest.json"
+
+
+def corpus_docs() -> list[str]:
+    """Texts of the shared corpus: JSONL `text` fields and .txt files (books cut at blank lines into ~8 KB)."""
+    texts = []
+    for path in sorted(CORPUS.rglob("*")):
+        if not path.is_file():
+            continue
+        if path.suffix == ".jsonl":
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and isinstance(obj.get("text"), str) and obj["text"].strip():
+                    texts.append(obj["text"])
+        elif path.suffix == ".txt":
+            chunk: list[str] = []
+            for para in path.read_text(errors="replace").split("\n\n"):
+                chunk.append(para)
+                if sum(len(c) for c in chunk) > 8000:
+                    texts.append("\n\n".join(chunk))
+                    chunk = []
+    return texts
+
+
+def make_batch(texts: list[str], mb: float, rng: random.Random) -> bytes:
+    """JSONL of about `mb` MB: corpus texts, 10 % exact copies, 10 % near-duplicates (2 % of words replaced)."""
+    out, size, kept = [], 0, []
+    while size < mb * 1e6:
+        r = rng.random()
+        if kept and r < 0.1:
+            text = rng.choice(kept)
+        elif kept and r < 0.2 and (words := rng.choice(kept).split()):
+            for _ in range(max(1, len(words) // 50)):
+                words[rng.randrange(len(words))] = f"w{rng.randrange(10**6)}"
+            text = " ".join(words)
+        else:
+            text = rng.choice(texts)
+            kept.append(text)
+        line = json.dumps({"text": text}, ensure_ascii=False) + "\n"
+        out.append(line)
+        size += len(line.encode())
+    return "".join(out).encode()
+
+
+def run_one(args: argparse.Namespace) -> dict:
+    """One batch through the ingest graph, in this process (the parent reads our peak RSS)."""
+    import dagster as dg
+
+    from pipeline_project.assets import cleaned, raw, token_blocks
+    from pipeline_project.assets.partitions import batches
+    from pipeline_project.ingest import BatchManifest, RawObject, make_batch_id, write_manifest_once
+    from pipeline_project.resources import build_resources
+    from pipeline_project.resources.cleaning import CleaningResource
+    from pipeline_project.resources.dedup import DedupIndexResource
+    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.stack import Stack
+
+    settings = Stack().settings()
+    client = settings.s3_client()
+    key = args.key
+    head = client.head_object(Bucket=settings.bucket, Key=key)
+    obj = RawObject(key=key, etag=head["ETag"].strip('"'), size=int(head["ContentLength"]),
+                    last_modified=head["LastModified"].isoformat())  # fmt: skip
+    batch_id = make_batch_id([obj])
+    write_manifest_once(client, BatchManifest(batch_id=batch_id, bucket=settings.bucket, objects=(obj,)))
+    res = build_resources(settings)
+    res["layout"] = PipelineLayout(
+        bucket=settings.bucket,
+        raw_prefix=f"{args.prefix}raw/",
+        shards_prefix=f"{args.prefix}shards/",
+        exclusions_prefix=f"{args.prefix}exclusions/",
+        topic=args.topic,
+    )
+    res["dedup"] = DedupIndexResource(postgres_url=settings.postgres_url, schema_name=args.schema)
+    res["cleaning"] = CleaningResource(workers=args.workers)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(batches.name, [batch_id])
+        assets = [raw.raw_text, cleaned.cleaned_shards, token_blocks.token_blocks]
+        started = time.perf_counter()
+        result = dg.materialize(assets, resources=res, partition_key=batch_id, instance=instance)
+        wall = time.perf_counter() - started
+        assert result.success
+        steps = {}
+        for event in result.all_events:
+            if event.event_type_value == "STEP_SUCCESS":
+                steps[event.step_key] = event.event_specific_data.duration_ms / 1000
+        meta = {
+            e.materialization.asset_key.to_user_string(): {
+                k: getattr(v, "value", v) for k, v in e.materialization.metadata.items()
+            }
+            for e in result.get_asset_materialization_events()
+        }
+    c = meta["cleaned_shards"]
+    table = c.get("removal_table", "")
+    commit_s = next((float(row.split("|")[6]) for row in table.splitlines() if row.startswith("| index_commit")), None)
+    return {
+        "batch_id": batch_id,
+        "mb_in": obj.size / 1e6,
+        "documents_in": c["documents_in"],
+        "kept": c["kept"],
+        "tokens": meta["token_blocks"]["tokens"],
+        "wall_s": round(wall, 2),
+        "steps_s": steps,
+        "index_commit_s": commit_s,
+        "chunks": c.get("chunks"),
+        "workers": args.workers,
+        # this process (reading S3, dedup, shard writing, tokenizing) and, separately, its filter workers
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "workers_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+    }
+
+
+def child(key: str, prefix: str, topic: str, schema: str, workers: int) -> dict:
+    cmd = [sys.executable, __file__, "--one", "--key", key, "--prefix", prefix, "--topic", topic,
+           "--schema", schema, "--workers", str(workers)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+    if out.returncode != 0:
+        raise SystemExit(f"bench child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, default=1000, help="raw MB in total over the consecutive batches")
+    parser.add_argument("--batches", type=int, default=50, help="consecutive batches for the dedup-cost curve")
+    parser.add_argument("--rss-mb", type=float, nargs="*", default=[50, 200, 800], help="batch sizes for peak RSS")
+    parser.add_argument("--scaling-mb", type=float, default=20, help="batch size for the 1 vs 2 worker run")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
+    parser.add_argument("--prefix", help=argparse.SUPPRESS)
+    parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--schema", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args)))
+        return
+
+    from pipeline_project.stack import Stack
+
+    settings = Stack().settings()
+    client = settings.s3_client()
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    prefix, topic = f"bench-{stamp}/", f"bench-{stamp}-blocks"
+    texts = corpus_docs()
+    rng = random.Random(0)
+
+    def upload(name: str, mb: float) -> str:
+        key = f"{prefix}raw/{name}.jsonl"
+        client.put_object(Bucket=settings.bucket, Key=key, Body=make_batch(texts, mb, rng))
+        return key
+
+    load = os.getloadavg()
+    results: dict = {"load_average_start": load, "corpus_texts": len(texts)}
+    scaling = {}
+    for workers in (1, 2):
+        key = upload(f"scaling-{workers}", args.scaling_mb)
+        scaling[workers] = child(key, prefix, topic, f"bench_{stamp}_scaling{workers}", workers)
+    results["scaling"] = scaling
+    results["scaling_factor"] = round(scaling[1]["wall_s"] / scaling[2]["wall_s"], 2)
+
+    per_batch = args.mb / args.batches
+    curve = [
+        child(upload(f"b{i:03d}", per_batch), prefix, topic, f"bench_{stamp}_curve", 2) for i in range(args.batches)
+    ]
+    results["consecutive"] = curve
+    k = max(1, min(10, len(curve) // 2))
+    first = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[:k])
+    last = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[-k:])
+    results["cleaning_last_over_first"] = round(last / first, 2) if first else None
+    results["rss"] = [child(upload(f"rss-{mb:g}", mb), prefix, topic, f"bench_{stamp}_rss{i}", 2)
+                      for i, mb in enumerate(args.rss_mb)]  # fmt: skip
+    total_mb = sum(r["mb_in"] for r in curve)
+    total_s = sum(r["wall_s"] for r in curve)
+    results["end_to_end_mb_per_s_2_workers"] = round(total_mb / total_s, 3)
+    results["load_average_end"] = os.getloadavg()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=1))
+
+    print(f"load average at start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
+    print("| measure | value |\n|---|---:|")
+    print(
+        f"| end to end, 2 filter workers, {args.batches} batches of {per_batch:.1f} MB | {total_mb / total_s:.3f} MB/s |"
+    )
+    print(f"| scaling 1 -> 2 workers ({args.scaling_mb:g} MB batch) | {results['scaling_factor']}x |")
+    print(f"| cleaned_shards seconds, last {k} / first {k} batches (median) | {results['cleaning_last_over_first']} |")
+    for r in results["rss"]:
+        print(
+            f"| peak RSS, {r['mb_in']:.0f} MB batch: main / each filter worker | {r['peak_rss_mb']} / {r['workers_peak_rss_mb']} MB |"
+        )
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
