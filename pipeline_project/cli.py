@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -16,7 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeline_project.stack import SERVICES, Stack, StackConfig, StackError, parse_services, tool_command
-from pipeline_project.stack.config import DEFAULT_SERVICES
+from pipeline_project.stack.config import DEFAULT_SERVICES, default_state_dir
+from pipeline_project.stack.kafka_security import CLIENT_USER
 
 app = typer.Typer(
     help="Dagster ML data platform: raw text -> cleaned shards -> Kafka token blocks -> DeepSeek checkpoint.",
@@ -40,6 +42,12 @@ BOOTSTRAP_TOOLS = {
     "consumer-perf-test",
     "get-offsets",
     "configs",
+}
+# How each of them takes a client config file (the secure profile's login); the rest use --command-config.
+CLIENT_CONFIG_OPTION = {
+    "console-consumer": "--consumer.config",
+    "console-producer": "--producer.config",
+    "consumer-perf-test": "--consumer.config",
 }
 
 # Piped output (CI logs) gets a wide table instead of rich's 80-column fallback.
@@ -86,6 +94,18 @@ def up(
     s3_port: Annotated[int | None, typer.Option(help="s3proxy port")] = None,
     mlflow_port: Annotated[int | None, typer.Option(help="MLflow port")] = None,
     dagster_port: Annotated[int | None, typer.Option(help="Dagster webserver port")] = None,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="Kafka's client listener is SASL_SSL (SCRAM users, the project's own CA) "
+            "[env PIPELINE_KAFKA_SECURITY=sasl_ssl; a state dir keeps the profile it was formatted with]",
+        ),
+    ] = False,
+    sasl_mechanism: Annotated[
+        str | None,
+        typer.Option(help="Mechanism clients are told to use: SCRAM-SHA-512 (default), SCRAM-SHA-256, PLAIN"),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for health")] = 180.0,
 ) -> None:
     """Start the services that are not running and wait until all are healthy (idempotent)."""
@@ -100,6 +120,8 @@ def up(
             s3_port=s3_port,
             mlflow_port=mlflow_port,
             dagster_port=dagster_port,
+            kafka_security="sasl_ssl" if secure else None,
+            kafka_sasl_mechanism=sasl_mechanism,
         )
         started_at = time.monotonic()
         with console.status("starting the stack...") as spinner:
@@ -114,8 +136,42 @@ def up(
                 raise StackError("interrupted; the processes this `up` launched were stopped") from None
         console.log(f"stack up in {time.monotonic() - started_at:.1f}s (state: {stack.state_dir})")
         _print_status(stack.status(names))
+        if "kafka" in names and stack.config.kafka_secure is not None:
+            env_cmd = "pipeline-project stack env"
+            if stack.state_dir != default_state_dir():
+                env_cmd += f" --state-dir {shlex.quote(str(stack.state_dir))}"
+            console.print(
+                f'Kafka clients of the SASL_SSL listener need (or run `eval "$({env_cmd})"`):', highlight=False
+            )
+            kafka_env = {k: v for k, v in _env_lines(stack.config).items() if k.startswith("KAFKA_")}
+            console.print("\n".join(kafka_env.values()), highlight=False, soft_wrap=True)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
+
+
+def _env_lines(config: StackConfig) -> dict[str, str]:
+    """Shell lines that point a client at the stack; the Kafka password is read from its file, never printed."""
+    secure = config.kafka_secure
+    lines = {}
+    for name, value in config.client_env().items():
+        if name == "KAFKA_SASL_PASSWORD" and secure is not None:
+            lines[name] = f'export {name}="$(cat {shlex.quote(str(secure.password_file(CLIENT_USER)))})"'
+        elif value:
+            lines[name] = f"export {name}={shlex.quote(value)}"
+        else:
+            lines[name] = f"unset {name}"
+    return lines
+
+
+@stack_app.command()
+def env(state_dir: StateDir = None) -> None:
+    """Print the exports that point a shell's clients (dagster dev, scripts) at the stack:
+    `eval "$(pipeline-project stack env)"`."""
+    try:
+        lines = _env_lines(_stack(state_dir).config)
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
+        raise _fail(err) from None
+    typer.echo("\n".join(lines.values()))
 
 
 @stack_app.command()
@@ -205,11 +261,16 @@ def kafka_tool_cmd(
     ],
 ) -> None:
     """Run one of Kafka's own tools from the stack's jars, e.g. `kafka-tool topics --list` (the stack's brokers are
-    the default --bootstrap-server)."""
+    the default --bootstrap-server; with the secure profile the tool logs in as the stack's client user)."""
     args = list(ctx.args)
-    if tool in BOOTSTRAP_TOOLS and not {"--bootstrap-server", "--bootstrap-controller"} & set(args):
-        args = ["--bootstrap-server", Stack().settings().kafka_bootstrap, *args]
     try:
+        stack = Stack()
+        if tool in BOOTSTRAP_TOOLS and not {"--bootstrap-server", "--bootstrap-controller"} & set(args):
+            args = ["--bootstrap-server", stack.settings().kafka_bootstrap, *args]
+            option = CLIENT_CONFIG_OPTION.get(tool, "--command-config")
+            secure = stack.config.kafka_secure
+            if secure is not None and option not in args:
+                args = [option, str(secure.client_properties), *args]  # logged in as the stack's client user
         cmd = tool_command(tool, *args)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
@@ -248,6 +309,68 @@ def demo(
         run_demo(source, timeout, stack, train_steps=train_steps, seed=seed)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
+
+
+@app.command("bad-input")
+def bad_input(
+    directory: Annotated[Path, typer.Argument(help="Empty (or new) directory to write the files and expected.json to")],
+    scale: Annotated[
+        str,
+        typer.Option(help="small: every class, caps scaled down (seconds); full: 200 MB line, 1M docs, 8 GiB bombs"),
+    ] = "small",
+    seed: Annotated[int, typer.Option(help="Seed of the generated content")] = 0,
+) -> None:
+    """Write malformed input in every class the readers quarantine or repair, with expected.json; then run
+    `./scripts/demo.sh --source DIR` (full scale) and compare its "documents in" with expected records."""
+    from rich.progress import Progress
+
+    from pipeline_project.demo.bad_input import SCALES, write_bad_input
+
+    if scale not in SCALES:
+        raise _fail(StackError(f"--scale {scale!r}: choose one of {', '.join(SCALES)}"))
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise _fail(StackError(f"{directory} exists and is not an empty directory"))
+    written = {"bytes": 0}
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task(f"writing {scale}-scale bad input", total=None)
+
+        def progress(cls, f, size):
+            written["bytes"] += size
+            bar.update(task, advance=1, description=f"{cls.name}: {f.path}")
+
+        try:
+            expected = write_bad_input(directory, scale=scale, seed=seed, progress=progress)
+        except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
+            raise _fail(err) from None
+    table = Table(title=f"bad input ({scale}) in {directory}")
+    table.add_column("class", no_wrap=True)
+    table.add_column("outcome at the readers", no_wrap=True)
+    table.add_column("files", justify="right")
+    files_per_class: dict[str, int] = {}
+    for entry in expected["files"].values():
+        files_per_class[entry["class"]] = files_per_class.get(entry["class"], 0) + 1
+    for name, cls in expected["classes"].items():
+        table.add_row(name, cls["outcome"], str(files_per_class.get(name, 0)))
+    console.print(table)
+    totals = expected["totals"]
+    console.print(
+        f"{totals['objects']} objects, {written['bytes'] / 1e6:,.1f} MB; the readers must yield {totals['records']:,} "
+        f"records: {totals['kept']:,} documents, {sum(totals['quarantined'].values()):,} quarantined"
+        + ("" if scale == "full" else f" (read with reader overrides {expected['reader']})")
+    )
+
+
+@app.command()
+def doctor(
+    only: Annotated[
+        str | None, typer.Option("--only", help="Comma-separated subset of kafka,s3,mlflow,dagster,postgres")
+    ] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each service may take to answer")] = 5.0,
+) -> None:
+    """Check Kafka, S3, MLflow, Dagster and PostgreSQL: one line per check with a fix hint; exit 1 if any fails."""
+    from pipeline_project.doctor import main as doctor_main
+
+    raise typer.Exit(doctor_main(only, timeout, echo=typer.echo))
 
 
 if __name__ == "__main__":

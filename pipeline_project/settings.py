@@ -1,7 +1,10 @@
 """Every setting of the pipeline, read from the environment in this one module.
 
-The defaults point at the embedded local stack (`pipeline-project stack up`). Point the pipeline at
-your own services by exporting the variables below; the README's settings table lists them all.
+Kafka, MLflow and Dagster default to the embedded local stack (`pipeline-project stack up`). S3 has no
+default endpoint: with PIPELINE_S3_ENDPOINT unset the clients talk to AWS S3 and take their credentials from
+boto3's default chain (env keys, IRSA, instance profile, ~/.aws), never the local stack's keys. The stack hands its
+endpoint and keys to every process it launches, and `pipeline-project stack env` prints them for a shell.
+Point the pipeline at your own services by exporting the variables below; the README's settings table lists them all.
 Nothing else in the package reads `os.environ` for configuration: components receive a `Settings`
 (or the resource config built from it).
 """
@@ -11,12 +14,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 LOCAL_KAFKA_PORTS = (19092, 19093, 19094)
 LOCAL_S3_PORT = 19000
 LOCAL_MLFLOW_PORT = 15000
 LOCAL_DAGSTER_PORT = 13000
 LOCAL_POSTGRES_PORT = 15432
+LOCAL_PROMETHEUS_PORT = 19090  # Prometheus and its Pushgateway (`stack up --services prometheus`)
+LOCAL_PUSHGATEWAY_PORT = 19091
 
 LOCAL_S3_ACCESS_KEY = "pipeline"
 LOCAL_S3_SECRET_KEY = "pipeline-secret"
@@ -37,6 +43,13 @@ DEFAULT_MIN_NEW_TOKENS = 200_000
 AWS_ACCESS_KEY_ENV = "AWS_ACCESS_KEY_ID"
 AWS_SECRET_KEY_ENV = "AWS_SECRET_ACCESS_KEY"
 KAFKA_SASL_PASSWORD_ENV = "KAFKA_SASL_PASSWORD"
+
+
+def is_local_endpoint(url: str | None) -> bool:
+    """True for an endpoint on this machine (127.0.0.1, localhost, ::1): the only place the local stack runs."""
+    if not url:
+        return False
+    return (urlsplit(url).hostname or "") in {"127.0.0.1", "localhost", "::1"}
 
 
 def _env(name: str, default: str) -> str:
@@ -67,8 +80,16 @@ def stack_state_dir() -> str | None:
     return _env_or_none("PIPELINE_STATE_DIR")
 
 
+def stack_kafka_security() -> str | None:
+    """PIPELINE_KAFKA_SECURITY: the embedded stack's Kafka profile, "plaintext" or "sasl_ssl" (`stack up --secure`);
+    None when unset (the profile the state dir's Kafka storage was formatted with, plaintext for a new one)."""
+    value = _env_or_none("PIPELINE_KAFKA_SECURITY")
+    return value.lower() if value else None
+
+
 def _local_kafka_bootstrap() -> str:
-    # The stack's own port overrides (PIPELINE_KAFKA_PORTS, PIPELINE_S3_PORT, ...) also move the client defaults.
+    # The stack's own port overrides (PIPELINE_KAFKA_PORTS, PIPELINE_MLFLOW_PORT, ...) also move the client defaults;
+    # S3 has no local default (see the module docstring).
     ports = _env("PIPELINE_KAFKA_PORTS", ",".join(str(p) for p in LOCAL_KAFKA_PORTS)).split(",")
     return ",".join(f"127.0.0.1:{p.strip()}" for p in ports)
 
@@ -114,11 +135,11 @@ class Settings:
     kafka_sasl_mechanism: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_MECHANISM"))
     kafka_sasl_username: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_USERNAME"))
     kafka_ssl_ca_location: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SSL_CA_LOCATION"))
-    s3_endpoint: str = field(
-        default_factory=lambda: _env("PIPELINE_S3_ENDPOINT", _local_url("PIPELINE_S3_PORT", LOCAL_S3_PORT))
-    )
-    s3_access_key: str = field(default_factory=lambda: _env(AWS_ACCESS_KEY_ENV, LOCAL_S3_ACCESS_KEY), repr=False)
-    s3_secret_key: str = field(default_factory=lambda: _env(AWS_SECRET_KEY_ENV, LOCAL_S3_SECRET_KEY), repr=False)
+    # None: AWS S3 itself. The keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY when set; else, for an endpoint on
+    # this machine, the local stack's keys; else None, so boto3 uses its default credential chain (IRSA, ...).
+    s3_endpoint: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_S3_ENDPOINT"))
+    s3_access_key: str | None = field(default_factory=lambda: _env_or_none(AWS_ACCESS_KEY_ENV), repr=False)
+    s3_secret_key: str | None = field(default_factory=lambda: _env_or_none(AWS_SECRET_KEY_ENV), repr=False)
     s3_region: str = field(default_factory=lambda: _env("AWS_REGION", "us-east-1"))
     bucket: str = field(default_factory=lambda: _env("PIPELINE_S3_BUCKET", DEFAULT_BUCKET))
     raw_prefix: str = field(default_factory=lambda: _env("PIPELINE_RAW_PREFIX", DEFAULT_RAW_PREFIX))
@@ -145,10 +166,25 @@ class Settings:
         ),
         repr=False,
     )
+    # JSON of resources.launchers.TrainerLaunch ({"launcher": "k8s", "image": ...}); unset: a local subprocess
+    trainer_launch: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_TRAINER_LAUNCH"))
     cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
     min_new_tokens: int = field(
         default_factory=lambda: int(_env("PIPELINE_MIN_NEW_TOKENS", str(DEFAULT_MIN_NEW_TOKENS)))
     )
+    # Prometheus (pipeline_project/metrics.py): the trainer's /metrics base port (rank r serves base + local rank;
+    # unset or 0: off), and the Pushgateway short-lived Dagster steps push to (unset: the local stack's)
+    metrics_port: int = field(default_factory=lambda: int(_env("PIPELINE_METRICS_PORT", "0")))
+    pushgateway_url: str = field(
+        default_factory=lambda: _env(
+            "PIPELINE_PUSHGATEWAY_URL", _local_url("PIPELINE_PUSHGATEWAY_PORT", LOCAL_PUSHGATEWAY_PORT)
+        )
+    )
+
+    def __post_init__(self) -> None:
+        if self.s3_access_key is None and self.s3_secret_key is None and is_local_endpoint(self.s3_endpoint):
+            object.__setattr__(self, "s3_access_key", LOCAL_S3_ACCESS_KEY)
+            object.__setattr__(self, "s3_secret_key", LOCAL_S3_SECRET_KEY)
 
     @property
     def buckets(self) -> list[str]:

@@ -8,6 +8,7 @@ from dagster_aws.s3 import S3Resource
 from pipeline_project.resources.cleaning import CleaningResource
 from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
+from pipeline_project.resources.launchers import TrainerLaunch
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.resources.trainer import TrainerResource
@@ -46,5 +47,9 @@ def build_resources(settings: Settings | None = None) -> dict:
         "layout": PipelineLayout(bucket=s.bucket, raw_prefix=s.raw_prefix, topic=s.topic),
         "cleaning": CleaningResource(config_path=s.cleaning_config_path),
         "dedup": DedupIndexResource(postgres_url=s.postgres_url),
-        "trainer": TrainerResource(experiment_name=s.mlflow_experiment),
+        "trainer": TrainerResource(
+            experiment_name=s.mlflow_experiment,
+            launch=TrainerLaunch.from_json(s.trainer_launch),
+            metrics_port=s.metrics_port,
+        ),
     }

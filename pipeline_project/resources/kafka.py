@@ -11,10 +11,19 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from pipeline_project.streaming.kafka_client import KafkaSettings, KafkaStats, TopicLayout, ensure_topic
+from pipeline_project.streaming.kafka_client import (
+    KafkaRefusedError,
+    KafkaSettings,
+    KafkaStats,
+    KafkaUnavailableError,
+    TopicLayout,
+    ensure_topic,
+)
 
 if TYPE_CHECKING:
     from pipeline_project.streaming.producer import ProduceReport
+
+PREFLIGHT_TIMEOUT_S = 5.0
 
 
 class KafkaResource(dg.ConfigurableResource):
@@ -48,6 +57,15 @@ class KafkaResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._admin = None
+        settings = self.settings()
+        if settings.security_protocol != "PLAINTEXT":
+            # A wrong password or CA would otherwise surface as a bare timeout deep inside a step.
+            try:
+                settings.check_reachable(timeout_s=PREFLIGHT_TIMEOUT_S)
+            except KafkaRefusedError:
+                raise
+            except KafkaUnavailableError:
+                pass  # not answering (yet) is for the step's own timeouts and retries to judge
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self._admin = None  # AdminClient has no close(); dropping it releases librdkafka's handle
@@ -68,7 +86,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     def produce_token_blocks(self, topic: str, texts: Iterable[str], *, seq_len: int, source: str, ledger_key: str,
                              content_hash: str, max_message_bytes: int) -> ProduceReport:  # fmt: skip
-        """Tokenize, pack and produce one batch in a transaction with its ledger record (once per ledger key)."""
+        """Tokenize, pack and produce one batch in bounded transactions, with its ledger records, once per ledger key."""
         from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
         from pipeline_project.streaming.tokenizer import load_tokenizer
 

@@ -9,10 +9,26 @@ from pipeline_project import settings as client_settings
 from pipeline_project.settings import Settings
 
 from .errors import StackError
+from .kafka_security import (
+    CLIENT_USER,
+    DEFAULT_SASL_MECHANISM,
+    PLAINTEXT,
+    SASL_SSL,
+    KafkaSecurity,
+    check_mechanism,
+    check_profile,
+    recorded_profile,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-SERVICES = ("kafka", "s3", "mlflow", "postgres", "dagster")
+# The Settings fields of Kafka security, and the variables clients read them (and the password) from
+KAFKA_SECURITY_FIELDS = ("kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
+                         "kafka_ssl_ca_location")  # fmt: skip
+KAFKA_SECURITY_ENV = ("KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME",
+                      client_settings.KAFKA_SASL_PASSWORD_ENV, "KAFKA_SSL_CA_LOCATION")  # fmt: skip
+
+SERVICES = ("kafka", "s3", "mlflow", "postgres", "dagster", "prometheus")  # prometheus: on demand, with its Pushgateway
 DEFAULT_SERVICES = ("kafka", "s3", "mlflow", "postgres")
 
 
@@ -58,9 +74,19 @@ class StackConfig:
     s3_secret_key: str = client_settings.LOCAL_S3_SECRET_KEY
     buckets: tuple[str, ...] = field(default_factory=lambda: tuple(Settings().buckets))
     mlflow_artifacts_bucket: str = field(default_factory=lambda: Settings().mlflow_artifacts_bucket)
+    kafka_security: str | None = field(default_factory=client_settings.stack_kafka_security)
+    """"plaintext" or "sasl_ssl" (`up --secure`); None: what the state dir's Kafka storage was formatted for."""
+    kafka_sasl_mechanism: str = DEFAULT_SASL_MECHANISM
+    """The mechanism clients are told to use; the SASL_SSL listener accepts SCRAM-SHA-512/256 and PLAIN."""
     kafka_heap: str = "512m"
     s3_heap: str = "256m"
     repo_root: Path = REPO_ROOT
+    prometheus_port: int = field(
+        default_factory=lambda: _port_from_env("PIPELINE_PROMETHEUS_PORT", client_settings.LOCAL_PROMETHEUS_PORT)
+    )
+    pushgateway_port: int = field(
+        default_factory=lambda: _port_from_env("PIPELINE_PUSHGATEWAY_PORT", client_settings.LOCAL_PUSHGATEWAY_PORT)
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser().resolve())
@@ -68,10 +94,22 @@ class StackConfig:
             raise StackError(
                 f"{len(self.kafka_ports)} Kafka broker ports but {len(self.kafka_controller_ports)} controller ports"
             )
+        check_profile(self.kafka_security, "PIPELINE_KAFKA_SECURITY")
+        check_mechanism(self.kafka_sasl_mechanism, "kafka_sasl_mechanism")
 
     @property
     def kafka_bootstrap(self) -> str:
         return ",".join(f"{self.host}:{p}" for p in self.kafka_ports)
+
+    @property
+    def kafka_profile(self) -> str:
+        """The Kafka security profile in force: as configured, else as formatted, else plaintext."""
+        return self.kafka_security or recorded_profile(self.state_dir / "kafka") or PLAINTEXT
+
+    @property
+    def kafka_secure(self) -> KafkaSecurity | None:
+        """The sasl_ssl profile's files (CA, passwords, client config); None for plaintext."""
+        return KafkaSecurity(self.state_dir / "kafka") if self.kafka_profile == SASL_SSL else None
 
     @property
     def s3_endpoint(self) -> str:
@@ -89,10 +127,23 @@ class StackConfig:
     def dagster_url(self) -> str:
         return f"http://{self.host}:{self.dagster_port}"
 
+    def _kafka_settings(self) -> dict[str, str | None]:
+        secure = self.kafka_secure
+        if secure is None:
+            return dict.fromkeys(KAFKA_SECURITY_FIELDS)  # plaintext, whatever this process's environment says
+        return {
+            "kafka_security_protocol": "SASL_SSL",
+            "kafka_sasl_mechanism": self.kafka_sasl_mechanism,
+            "kafka_sasl_username": CLIENT_USER,
+            "kafka_ssl_ca_location": str(secure.ca_location),
+        }
+
     def settings(self) -> Settings:
-        """Client-side settings pointing at this stack."""
+        """Client-side settings pointing at this stack. The Kafka password is not among them (secrets never are):
+        clients read it from KAFKA_SASL_PASSWORD, which `client_env()` carries."""
         return Settings(
             kafka_bootstrap=self.kafka_bootstrap,
+            **self._kafka_settings(),
             s3_endpoint=self.s3_endpoint,
             s3_access_key=self.s3_access_key,
             s3_secret_key=self.s3_secret_key,
@@ -101,3 +152,20 @@ class StackConfig:
             dagster_url=self.dagster_url,
             postgres_url=self.postgres_url(),
         )
+
+    def client_env(self) -> dict[str, str]:
+        """The environment every process the stack launches gets (and `stack env` prints): the clients' settings
+        for this stack, its S3 keys and Kafka password included. Empty values clear what the caller had exported."""
+        env = {
+            "PIPELINE_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "PIPELINE_S3_ENDPOINT": self.s3_endpoint,
+            client_settings.AWS_ACCESS_KEY_ENV: self.s3_access_key,
+            client_settings.AWS_SECRET_KEY_ENV: self.s3_secret_key,
+            "MLFLOW_TRACKING_URI": self.mlflow_url,
+            "MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint,
+            "PIPELINE_DAGSTER_URL": self.dagster_url,
+        }
+        secure = self.kafka_secure
+        if secure is None:
+            return {**env, **dict.fromkeys(KAFKA_SECURITY_ENV, ""), "KAFKA_SECURITY_PROTOCOL": "PLAINTEXT"}
+        return {**env, **secure.client_env(self.kafka_sasl_mechanism)}

@@ -13,9 +13,11 @@ from pathlib import Path
 from .class_data_sharing import ClassDataSharing, archive_path
 from .errors import StackError
 from .jars import classpath, ensure_jars, java
+from .kafka_security import KafkaSecurity, recorded_profile
 from .kafka_tools import TOOL_ALIASES, kafka_tool, tool_command
 from .processes import ManagedProcess, accepts_connections, port_in_use, stop_all
 from .service import Service, ServiceStatus
+from .tls import write_private
 
 # The tool runner lives in kafka_tools.py; re-exported here for bench/bench_producer.py, the streaming tests and
 # deploy/local/README.md, which name it as `pipeline_project.stack.kafka`.
@@ -147,18 +149,28 @@ class KafkaService(Service):
         self.class_data_sharing.publish()
         return stopped[::-1]
 
+    @property
+    def security(self) -> KafkaSecurity | None:
+        """The sasl_ssl profile's files, or None for plaintext (`kafka_security.py` describes the profile)."""
+        return self.config.kafka_secure
+
     def server_properties(self, node_id: int) -> dict[str, str]:
         host = self.config.host
         port = self.config.kafka_ports[node_id - 1]
         cport = self.config.kafka_controller_ports[node_id - 1]
-        return {
-            "process.roles": "broker,controller",
-            "node.id": str(node_id),
+        listeners = {
             "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
             "advertised.listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
+        }
+        if self.security is not None:
+            listeners = self.security.broker_properties(host, port, cport)
+        return {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            **listeners,
+            "controller.listener.names": "CONTROLLER",
             "controller.quorum.bootstrap.servers": ",".join(self._controllers()),
             "log.dirs": str(self.node_dir(node_id) / "data"),
             **BROKER_DEFAULTS,
@@ -167,13 +179,24 @@ class KafkaService(Service):
     def prepare(self) -> None:
         ensure_jars("kafka")
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._check_profile()
+        if self.security is not None:
+            self.security.ensure((self.config.host,), self.config.kafka_sasl_mechanism)
         for node_id in self.node_ids:
             ndir = self.node_dir(node_id)
             (ndir / "data").mkdir(parents=True, exist_ok=True)
             props = "".join(f"{k}={v}\n" for k, v in self.server_properties(node_id).items())
-            (ndir / "server.properties").write_text(props)
+            write_private(ndir / "server.properties", props)  # the secure profile's JAAS lines hold passwords
             (ndir / "log4j2.properties").write_text(LOG4J2)
         self._format_storage()
+
+    def _check_profile(self) -> None:
+        formatted = recorded_profile(self.dir)
+        if formatted is not None and formatted != self.config.kafka_profile:
+            raise StackError(
+                f"Kafka storage in {self.dir} was formatted for the {formatted} profile, not "
+                f"{self.config.kafka_profile}; run `pipeline-project stack down --services kafka --wipe` to reformat it"
+            )
 
     def _format_storage(self) -> None:
         layout_file = self.dir / "storage.json"
@@ -189,7 +212,14 @@ class KafkaService(Service):
             # Same generator as `kafka-storage random-uuid`, without paying for a JVM start.
             cluster_id = kafka_uuid()
             directory_ids = {str(n): kafka_uuid() for n in self.node_ids}
-            formatted = {"cluster_id": cluster_id, "directory_ids": directory_ids, "layout": voters_layout}
+            formatted = {
+                "cluster_id": cluster_id,
+                "directory_ids": directory_ids,
+                "layout": voters_layout,
+                "security": self.config.kafka_profile,
+            }
+        # The secure profile's users: SCRAM credentials that StorageTool writes into the bootstrap metadata.
+        users = self.security.scram_format_args() if self.security is not None else []
         initial = ",".join(
             f"{n}@{c}:{formatted['directory_ids'][str(n)]}"
             for n, c in zip(self.node_ids, self._controllers(), strict=True)
@@ -208,6 +238,7 @@ class KafkaService(Service):
                     "--initial-controllers",
                     initial,
                     "--ignore-formatted",
+                    *users,
                 )
                 for n in pending
             }
@@ -222,11 +253,21 @@ class KafkaService(Service):
         except FileNotFoundError:
             return None
 
-    def live_brokers(self, timeout: float = 2.0) -> dict[int, str]:
-        """Broker id -> host:port from the cluster metadata; empty when no broker answers."""
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings of a client of this cluster, logged in as the client user in the secure profile."""
+        cfg = {"bootstrap.servers": self.config.kafka_bootstrap}
+        if self.security is not None and self.security.password() is not None:
+            cfg.update(self.security.librdkafka_config(self.config.kafka_sasl_mechanism))
+        return cfg
+
+    def _admin(self):
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.config.kafka_bootstrap, "logger": _quiet_logger()})
+        return AdminClient({**self.client_config(), "logger": _quiet_logger()})
+
+    def live_brokers(self, timeout: float = 2.0) -> dict[int, str]:
+        """Broker id -> host:port from the cluster metadata; empty when no broker answers."""
+        admin = self._admin()
         try:
             metadata = admin.list_topics(timeout=timeout)
         except Exception:  # noqa: BLE001 - "not reachable" is the answer, whatever librdkafka raised
@@ -234,9 +275,7 @@ class KafkaService(Service):
         return {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
 
     def controller_id(self, timeout: float = 2.0) -> int | None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.config.kafka_bootstrap, "logger": _quiet_logger()})
+        admin = self._admin()
         try:
             cluster = admin.describe_cluster(request_timeout=timeout).result(timeout=timeout + 1)
         except Exception:  # noqa: BLE001
@@ -244,6 +283,7 @@ class KafkaService(Service):
         return cluster.controller.id if cluster.controller is not None else None
 
     def status(self) -> list[ServiceStatus]:
+        self._check_profile()
         procs = self.processes()
         any_port = any(port_in_use(self.config.host, p) for p in self.config.kafka_ports)
         brokers = self.live_brokers() if any_port else {}
@@ -255,6 +295,8 @@ class KafkaService(Service):
             detail = f"{len(brokers)}/{len(procs)} brokers live"
             if controller is not None:
                 detail += f", controller {controller}"
+            if self.security is not None:
+                detail += f", SASL_SSL ({self.config.kafka_sasl_mechanism})"
             result.append(
                 ServiceStatus(
                     name=mp.name,

@@ -19,11 +19,12 @@ from .kafka import KafkaService
 from .mlflow import MlflowService
 from .postgres import PostgresService
 from .processes import ManagedProcess, stop_all
+from .prometheus import PrometheusService
 from .s3 import S3Service
 from .service import Service, ServiceStatus
 
-START_ORDER = ("postgres", "s3", "mlflow", "kafka", "dagster")
-STOP_ORDER = ("dagster", "mlflow", "kafka", "s3", "postgres")
+START_ORDER = ("postgres", "s3", "mlflow", "kafka", "dagster", "prometheus")
+STOP_ORDER = ("prometheus", "dagster", "mlflow", "kafka", "s3", "postgres")
 
 Progress = Callable[[str], None]
 
@@ -61,6 +62,7 @@ class Stack:
             "mlflow": MlflowService(self.config),
             "postgres": PostgresService(self.config),
             "dagster": DagsterService(self.config),
+            "prometheus": PrometheusService(self.config),
         }
 
     @property
@@ -132,8 +134,10 @@ class Stack:
                     continue
                 progress(f"{name}: starting {', '.join(mp.name for mp in to_start[name])}")
                 self.services[name].prepare()
+                # Built again after prepare: what it made (the secure profile's credentials) is in their env.
+                prepared = {mp.name: mp for mp in self.services[name].processes()}
                 for mp in to_start[name]:
-                    launched[mp.name] = mp.spawn()
+                    launched[mp.name] = prepared[mp.name].spawn()
             self._wait_healthy(chosen, launched, timeout, progress)
         except BaseException:
             # A failed `up` leaves nothing half-started behind; what ran before it keeps running.

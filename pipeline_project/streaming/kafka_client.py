@@ -7,6 +7,8 @@ Topic layout lives in `topics`, librdkafka statistics in `kafka_stats`; both are
 from __future__ import annotations
 
 import logging
+import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,8 +26,11 @@ __all__ = [
     "TRANSACTIONAL_DEFAULTS",
     "DeliveryError",
     "DeliveryTracker",
+    "KafkaAuthenticationError",
+    "KafkaRefusedError",
     "KafkaSettings",
     "KafkaStats",
+    "KafkaTLSError",
     "KafkaUnavailableError",
     "TopicLayout",
     "ensure_topic",
@@ -60,15 +65,62 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class KafkaRefusedError(KafkaUnavailableError):
+    """The brokers answered and refused this client: retrying with the same settings cannot help."""
+
+
+class KafkaAuthenticationError(KafkaRefusedError):
+    """The SASL login was refused: wrong user or password, or a mechanism the listener does not enable."""
+
+
+class KafkaTLSError(KafkaRefusedError):
+    """The TLS handshake failed, typically a broker certificate the configured CA did not sign."""
+
+
+# librdkafka's "(after 12ms in state AUTH_REQ, 1 identical error(s) suppressed)" tail says nothing to a user
+_LIBRDKAFKA_TIMING = re.compile(r"\s*\(after \d+ms in state [^)]*\)")
+
+
+# ... nor does the "sasl_ssl://127.0.0.1:19092/bootstrap: " a report starts with, when the message names the servers
+_LIBRDKAFKA_BROKER = re.compile(r"^\S+://\S+/(?:bootstrap|\d+): ")
+
+
+def _client_error_text(text: str) -> str:
+    return _LIBRDKAFKA_BROKER.sub("", _LIBRDKAFKA_TIMING.sub("", text).strip())
+
+
+class _ClientReports(logging.Handler):
+    """What one client's librdkafka reported: its errors (error_cb) and log lines, which also reach `log`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[KafkaError] = []
+        self.lines: list[str] = []
+        self.logger = logging.Logger(f"{__name__}.check", logging.DEBUG)  # sees every line, passes on what `log` wants
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if log.isEnabledFor(record.levelno):
+            log.handle(record)
+
+
 class KafkaSettings(BaseModel):
-    """How to reach Kafka. Secrets are plain strings here; the Dagster resource feeds them from EnvVar."""
+    """How to reach Kafka. Secrets are plain strings here; the Dagster resource feeds them from EnvVar.
+
+    SASL_SSL logs in with `sasl_mechanism` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) and verifies the brokers'
+    certificates against `ssl_ca_location` (a PEM file), or the system CA store when it is unset.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: str
     client_id: str = "pipeline-project"
     security_protocol: Literal["PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
     sasl_username: str | None = None
     sasl_password: str | None = Field(default=None, repr=False)
     ssl_ca_location: str | None = None
@@ -84,8 +136,13 @@ class KafkaSettings(BaseModel):
 
     @classmethod
     def from_settings(cls, settings: Any, **kwargs: Any) -> KafkaSettings:
-        """Build from `pipeline_project.settings.Settings` (anything with `kafka_bootstrap`)."""
-        return cls(bootstrap_servers=settings.kafka_bootstrap, **kwargs)
+        """Build from `pipeline_project.settings.Settings` (anything with `kafka_bootstrap`), its security fields
+        included when set. The SASL password is never in `Settings`: pass `sasl_password=` (from the environment)."""
+        given = {
+            name: getattr(settings, f"kafka_{name}", None)
+            for name in ("security_protocol", "sasl_mechanism", "sasl_username", "ssl_ca_location")
+        }
+        return cls(bootstrap_servers=settings.kafka_bootstrap, **{**{k: v for k, v in given.items() if v}, **kwargs})
 
     def common_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {
@@ -156,15 +213,60 @@ class KafkaSettings(BaseModel):
         return AdminClient({**self.admin_config(), "logger": log, "error_cb": _log_client_error})
 
     def check_reachable(self, timeout_s: float = 10.0) -> int:
-        """Return the number of live brokers, or raise KafkaUnavailableError in one line."""
-        admin = self.make_admin()
-        try:
-            md = admin.list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(
-                f"Kafka not reachable at {self.bootstrap_servers} within {timeout_s:g}s: {kafka_error_text(exc)}"
-            ) from None
-        return len(md.brokers)
+        """Return the number of live brokers, or raise one line saying why not.
+
+        Refusals are raised as soon as librdkafka reports them, as a KafkaRefusedError: KafkaAuthenticationError
+        for a refused login (naming user and mechanism), KafkaTLSError for a failed TLS handshake (naming the CA
+        file), KafkaRefusedError itself for a listener that hangs up on this client's security protocol.
+        Anything else that keeps the brokers from answering within `timeout_s` raises KafkaUnavailableError.
+        """
+        seen = _ClientReports()
+        admin = AdminClient({**self.admin_config(), "logger": seen.logger, "error_cb": seen.errors.append})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return len(admin.list_topics(timeout=max(0.1, min(1.0, remaining))).brokers)
+            except KafkaException as exc:
+                last = exc
+            admin.poll(0)  # serves error_cb and the log queue: why a handshake or login failed
+            refused = self._refusal(seen)
+            if refused is not None:
+                raise refused from None
+            if remaining <= 1.0:
+                break
+        reason = kafka_error_text(last)
+        if seen.errors:
+            reason += f" ({_client_error_text(seen.errors[-1].str())})"
+        raise KafkaUnavailableError(f"Kafka not reachable at {self.bootstrap_servers} within {timeout_s:g}s: {reason}")
+
+    def _refusal(self, seen: _ClientReports) -> KafkaRefusedError | None:
+        """The error for a login, handshake or protocol the brokers refused, if librdkafka has reported one."""
+        where = f"Kafka at {self.bootstrap_servers}"
+        for err in seen.errors:
+            text = _client_error_text(err.str())
+            if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
+                return KafkaAuthenticationError(
+                    f"{where} refused the SASL {self.sasl_mechanism} login of user {self.sasl_username!r}: {text}"
+                )
+            if err.code() == KafkaError._SSL:
+                if "verify failed" not in text:
+                    trust = f"trusting ssl_ca_location {self.ssl_ca_location or '(unset: the system CA store)'}"
+                elif self.ssl_ca_location:
+                    trust = (
+                        f"the broker's certificate is not signed by the CA in ssl_ca_location {self.ssl_ca_location}"
+                    )
+                else:
+                    trust = "the broker's certificate is not signed by a CA of the system store (ssl_ca_location unset)"
+                return KafkaTLSError(f"TLS handshake with {where} failed, {trust}: {text}")
+        if self.security_protocol == "PLAINTEXT" and any(
+            "Disconnected" in line and "in state APIVERSION_QUERY" in line for line in seen.lines
+        ):
+            return KafkaRefusedError(
+                f"{where} hung up on a PLAINTEXT client at its first request: the listener wants another security "
+                "protocol (SASL_SSL?); set security_protocol (KAFKA_SECURITY_PROTOCOL) and the SASL settings"
+            )
+        return None
 
 
 def _log_client_error(err: KafkaError) -> None:

@@ -25,7 +25,9 @@ def test_kafka_uuid_looks_like_kafka_storage_random_uuid():
 def test_parse_services_rejects_unknown_names_in_one_line():
     assert parse_services("s3, kafka") == ["s3", "kafka"]
     assert parse_services(None) == ["kafka", "s3", "mlflow", "postgres"]
-    with pytest.raises(StackError, match=r"unknown service\(s\) redis; choose from kafka, s3, mlflow, postgres, dagster"):
+    with pytest.raises(
+        StackError, match=r"unknown service\(s\) redis; choose from kafka, s3, mlflow, postgres, dagster"
+    ):
         parse_services("s3,redis")
 
 
