@@ -18,11 +18,27 @@ class PipelineLayout(dg.ConfigurableResource):
     topic_partitions: int = 8
     replication_factor: int = 3
     min_insync_replicas: int = 2
+    retention_ms: int = -1
+    """The token topic's retention.ms. -1 (the default) keeps blocks forever: a checkpoint's saved position must
+    still find them. A finite value lets the brokers delete blocks a trainer has not read yet (the loader then
+    refuses to start, naming the lost offsets)."""
+    retention_bytes: int = -1
+    """The token topic's retention.bytes per partition; -1 (the default): no size limit."""
     seq_len: int = 256
     message_bytes: int = 128 * 1024
     """Target Kafka message size: small enough that a batch spreads over all partitions (and so over
     all loader ranks), large enough that per-message overhead stays negligible."""
     max_objects_per_batch: int = 500
+    max_batch_mb: int = 1024
+    """A batch closes at max_objects_per_batch objects or max_batch_mb of raw bytes, whichever comes first."""
+    full_scan_every: int = 40
+    """The sensor lists keys after the last one taken (cost O(new objects) for append-style key layouts) and
+    the whole raw prefix every N ticks (N=40: every 10 minutes), which finds keys that land out of order.
+    1: every tick lists the whole prefix (any key layout; cost grows with the prefix). 0: only the first."""
+
+    def topic_config(self) -> dict[str, int]:
+        """Topic configs the token topic is created with, and checked against when it exists."""
+        return {"retention.ms": self.retention_ms, "retention.bytes": self.retention_bytes}
 
     def shard_dir(self, batch_id: str) -> str:
         return f"{self.shards_prefix}{batch_id}/"

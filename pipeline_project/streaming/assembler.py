@@ -5,15 +5,21 @@ entries from the readers' buffers (`partition_reader.py`), fetching more when a 
 and yields:
 
 * `Batch`: exactly `batch_size` rows of `seq_len` tokens, with the loader state right after it;
+  padding (`format.PAD_TOKEN`, only in messages whose header declares it) is -1 in the int64 rows;
 * `End`, last: the data ran out. A short tail is never yielded; its blocks stay unconsumed, so
   `End.state` is None then (the position stays at the last batch). Without a pending block it
   holds the position after trailing transaction markers.
+
+Both carry the dead letters (malformed messages skipped: the cursor moves past them) and the
+deleted ranges skipped by `allow_data_loss` that were met while assembling them, so the loader
+counts them when it delivers the item, not when it prefetches it. More than `dead_letter_budget`
+dead letters in one run raise DeadLetterLimitError.
 
 Bounded mode (end offsets given) follows the interleave over the live partitions regardless of
 fetch timing, and raises ReadTimeoutError when a partition yields nothing for `idle_timeout_s`
 before its end offset. Streaming mode draws the next partition among those with data fetched,
 and ends after `idle_timeout_s` without data. The generator returns without yielding once
-`stop` is set; a malformed message raises its MalformedMessageError when it is reached.
+`stop` is set.
 """
 
 from __future__ import annotations
@@ -21,13 +27,22 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
-from pipeline_project.streaming.errors import ReadTimeoutError
-from pipeline_project.streaming.partition_reader import PartitionReader
+from pipeline_project.streaming.dead_letters import DeadLetter
+from pipeline_project.streaming.errors import (
+    DataLossError,
+    DeadLetterLimitError,
+    MalformedMessageError,
+    ReadTimeoutError,
+)
+from pipeline_project.streaming.format import PAD_TOKEN
+from pipeline_project.streaming.partition_reader import BufferEntry, PartitionReader
+from pipeline_project.streaming.preflight import SkippedRange
 from pipeline_project.streaming.state import Cursor, Interleaver
 
 Snapshot = Callable[[Mapping[int, Cursor], int | None], dict[str, Any]]
@@ -38,11 +53,16 @@ class Batch:
     tensor: torch.Tensor
     state: dict[str, Any]
     trace: list[tuple[int, int, int]] | None
+    pad_tokens: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    skipped: list[SkippedRange] = field(default_factory=list)
 
 
 @dataclass
 class End:
     state: dict[str, Any] | None  # position after trailing transaction markers, if no block was pending
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    skipped: list[SkippedRange] = field(default_factory=list)
 
 
 class BatchAssembler:
@@ -62,6 +82,7 @@ class BatchAssembler:
         pin_memory: bool,
         snapshot: Snapshot,
         stop: threading.Event,
+        allow_data_loss: bool = False,
     ):
         self.readers = tuple(readers)
         self.reader_of = {p: r for r in self.readers for p in r.partitions}
@@ -75,19 +96,28 @@ class BatchAssembler:
         self.pin_memory = pin_memory
         self.snapshot = snapshot
         self.stop = stop
+        self.allow_data_loss = allow_data_loss
 
     def run(
-        self, il: Interleaver, cursors: dict[int, Cursor], current: int | None, live: set[int]
+        self,
+        il: Interleaver,
+        cursors: dict[int, Cursor],
+        current: int | None,
+        live: set[int],
+        dead_letter_budget: int | None = None,
     ) -> Iterator[Batch | End]:
         """Batches from position (`cursors`, `current`) over the `live` partitions; updates both in place."""
         B, L = self.batch_size, self.seq_len
         ends = self.end_offsets
         streaming = ends is None
+        budget = dead_letter_budget
         while not self.stop.is_set():
             out = torch.empty((B, L), dtype=torch.int64, pin_memory=self.pin_memory)
             arr = out.numpy()
             trace: list[tuple[int, int, int]] | None = [] if self.trace else None
-            fill = 0
+            fill = pad = 0
+            letters: list[DeadLetter] = []
+            skipped: list[SkippedRange] = []
             while fill < B:
                 if self.stop.is_set():
                     return
@@ -95,24 +125,43 @@ class BatchAssembler:
                     if streaming:
                         ready = self._wait_ready(live)
                         if ready is None:
-                            yield self._end(fill, cursors, current)
+                            yield self._end(fill, cursors, current, letters, skipped)
                             return
                         current = il.next_partition(ready)
                     else:
                         current = il.next_partition(live)
                         if current is None:
-                            yield self._end(fill, cursors, current)
+                            yield self._end(fill, cursors, current, letters, skipped)
                             return
                 p = current
                 reader = self.reader_of[p]
                 buf = reader.buffers[p]
                 if not buf and not self._wait_for(reader, p):
-                    yield self._end(fill, cursors, current)  # streaming mode only: idle timeout
+                    yield self._end(fill, cursors, current, letters, skipped)  # streaming mode only: idle timeout
                     return
                 head = buf[0]
-                if head.error is not None:
-                    raise head.error
                 c = cursors[p]
+                if head.error is not None:
+                    buf.popleft()
+                    if isinstance(head.error, MalformedMessageError):
+                        letters.append(self._dead_letter(head))
+                        if budget is not None and len(letters) > budget:
+                            raise DeadLetterLimitError(
+                                f"more than {dead_letter_budget} malformed messages in {self.topic} (max_dead_letters);"
+                                f" the last: {head.error}"
+                            ) from head.error
+                        after = head.offset + 1
+                    elif isinstance(head.error, DataLossError) and self.allow_data_loss:
+                        skipped.append(SkippedRange(p, c.offset, head.offset))
+                        after = head.offset
+                    else:
+                        raise head.error
+                    cursors[p] = Cursor(after)
+                    current = None
+                    if ends is not None and after >= ends[p]:
+                        live.discard(p)
+                    reader.drained(p)
+                    continue
                 if head.blocks is None:  # position marker: end of partition / transaction markers
                     buf.popleft()
                     if head.offset > c.offset:
@@ -131,6 +180,11 @@ class BatchAssembler:
                 n = head.blocks.shape[0]
                 take = min(n - first, B - fill)
                 arr[fill : fill + take] = head.blocks[first : first + take]
+                if head.pad_tokens:
+                    seg = arr[fill : fill + take]
+                    mask = seg == PAD_TOKEN
+                    pad += int(np.count_nonzero(mask))
+                    seg[mask] = -1
                 if trace is not None:
                     trace.extend((p, head.offset, b) for b in range(first, first + take))
                 fill += take
@@ -143,11 +197,25 @@ class BatchAssembler:
                     reader.drained(p)
                 else:
                     cursors[p] = Cursor(head.offset, first + take)
-            yield Batch(out, self.snapshot(cursors, current), trace)
+            if budget is not None:
+                budget -= len(letters)
+            yield Batch(out, self.snapshot(cursors, current), trace, pad, letters, skipped)
 
-    def _end(self, fill: int, cursors: Mapping[int, Cursor], current: int | None) -> End:
+    def _end(
+        self,
+        fill: int,
+        cursors: Mapping[int, Cursor],
+        current: int | None,
+        letters: list[DeadLetter],
+        skipped: list[SkippedRange],
+    ) -> End:
         # a dropped short batch keeps its blocks unconsumed: the state stays at the last batch
-        return End(self.snapshot(cursors, current) if fill == 0 else None)
+        return End(self.snapshot(cursors, current) if fill == 0 else None, letters, skipped)
+
+    def _dead_letter(self, head: BufferEntry) -> DeadLetter:
+        err = head.error
+        value, headers = head.raw or (None, None)
+        return DeadLetter(err.topic, err.partition, err.offset, err.problem, value=value, headers=headers)
 
     def _wait_for(self, reader: PartitionReader, p: int) -> bool:
         """Fetch until partition p has an entry. Bounded: raise after idle_timeout_s; streaming: False."""

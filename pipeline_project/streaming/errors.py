@@ -41,6 +41,21 @@ class StateError(StreamingError, ValueError):
     """A loader state that does not fit this loader (other topic, unknown version, ...)."""
 
 
+class TopicRecreatedError(StateError):
+    """A saved position (or ledger record) belongs to another incarnation of the topic: same name, other topic id,
+    or a cursor past the end of the partition, which only a deleted and recreated (or truncated) topic can cause."""
+
+    def __init__(self, message: str, *, saved_id: str | None = None, current_id: str | None = None):
+        self.saved_id = saved_id
+        self.current_id = current_id
+        super().__init__(message)
+
+
+class DeadLetterLimitError(StreamingError, ValueError):
+    """More malformed messages than `LoaderConfig.max_dead_letters`: a misconfiguration (wrong tokenizer or seq_len,
+    another producer's topic), not a stray bad message, so the loader stops instead of skipping everything."""
+
+
 class AssignmentError(StreamingError, ValueError):
     """The (world_size, num_workers, partitions) combination cannot feed every rank."""
 
@@ -84,6 +99,31 @@ class LedgerConflictError(StreamingError, RuntimeError):
 
 class ProducedDataMismatchError(StreamingError, RuntimeError):
     """The topic does not hold what a ProduceReport claims."""
+
+
+class DataLossError(StreamingError, RuntimeError):
+    """Records a saved position still needed were deleted (retention, delete-records) before they were read.
+
+    `lost` maps partition -> (first offset needed, log start offset now): the offsets in between are gone. Offsets
+    count messages (each holding one or more blocks) and transaction markers, so the exact number of lost blocks
+    cannot be known any more; `lost_offsets` is the exact number of offsets.
+    """
+
+    def __init__(self, topic: str, lost: dict[int, tuple[int, int]], hint: str = ""):
+        self.topic = topic
+        self.lost = dict(sorted(lost.items()))
+        self.lost_offsets = sum(low - first for first, low in self.lost.values())
+        ranges = "; ".join(f"{topic}[{p}] offsets [{a}, {b}) ({b - a} offsets)" for p, (a, b) in self.lost.items())
+        super().__init__(
+            f"{self.lost_offsets} offsets of {topic} were deleted before they were read (below the log start offset): "
+            f"{ranges}. Offsets are messages of one or more blocks each plus transaction markers; their blocks "
+            f"are lost." + (f" {hint}" if hint else "")
+        )
+
+
+class VisibilityTimeoutError(StreamingError, TimeoutError):
+    """A committed transaction's blocks did not become visible to read_committed readers (the last stable offset did
+    not pass them) in time: another producer's open transaction on the same partitions holds it back."""
 
 
 class ReadTimeoutError(StreamingError, TimeoutError):

@@ -4,6 +4,13 @@ Value: little-endian uint32 token ids, `blocks` whole blocks of exactly `seq_len
 Headers (all bytes, UTF-8 text): fmt (format version), tok and tok_hash (tokenizer name and hash),
 seq_len, blocks (block count), src (source shard id). A message that breaks any of this raises
 MalformedMessageError when decoded.
+
+Padding: the token id `PAD_TOKEN` (0xFFFFFFFF, never a real token id) fills the end of a batch's
+last, partial block, so the partial tail of a batch is delivered instead of dropped. A message that
+holds padding is written as format version 2 with a `pad` header (its number of pad tokens);
+readers that only know version 1 reject it rather than train on the sentinel. Messages without
+padding stay version 1, byte for byte as before. Readers map the sentinel to -1 (loader) and the
+train loop masks those positions out of inputs and labels.
 """
 
 from __future__ import annotations
@@ -15,7 +22,10 @@ import numpy as np
 
 from pipeline_project.streaming.errors import MalformedMessageError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest version: written for messages with padding
+PLAIN_FORMAT_VERSION = 1  # written for messages without padding
+FORMAT_VERSIONS = (PLAIN_FORMAT_VERSION, FORMAT_VERSION)
+PAD_TOKEN = 0xFFFF_FFFF  # fills a padded tail block; never a token id (vocabularies are far smaller)
 TOKEN_DTYPE = np.dtype("<u4")
 TOKEN_BYTES = TOKEN_DTYPE.itemsize
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
@@ -26,6 +36,7 @@ H_TOKENIZER_HASH = "tok_hash"
 H_SEQ_LEN = "seq_len"
 H_BLOCKS = "blocks"
 H_SOURCE = "src"
+H_PAD = "pad"  # version 2: pad tokens in the message
 REQUIRED_HEADERS = (H_FORMAT, H_TOKENIZER, H_TOKENIZER_HASH, H_SEQ_LEN, H_BLOCKS, H_SOURCE)
 
 Headers = list[tuple[str, bytes]]
@@ -39,6 +50,14 @@ class BlockHeader:
     seq_len: int
     blocks: int
     source: str
+    pad_tokens: int = 0
+
+
+def count_padding(blocks: np.ndarray) -> tuple[int, int]:
+    """(pad tokens, blocks holding padding) of an (n, seq_len) uint32 array, vectorized."""
+    mask = blocks == PAD_TOKEN
+    pad = int(np.count_nonzero(mask))
+    return pad, (int(np.count_nonzero(mask.any(axis=1))) if pad else 0)
 
 
 def max_blocks_per_message(seq_len: int, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
@@ -54,23 +73,34 @@ def max_blocks_per_message(seq_len: int, max_bytes: int = DEFAULT_MAX_MESSAGE_BY
 
 
 def encode_message(
-    blocks: np.ndarray, *, tokenizer_name: str, tokenizer_hash: str, source: str
+    blocks: np.ndarray, *, tokenizer_name: str, tokenizer_hash: str, source: str, pad_tokens: int | None = None
 ) -> tuple[bytes, Headers]:
-    """Serialize an (n, seq_len) uint32 array into a Kafka value and headers."""
+    """Serialize an (n, seq_len) uint32 array into a Kafka value and headers.
+
+    `pad_tokens` is the number of `PAD_TOKEN`s in `blocks` (counted here when not given); with any, the message
+    is written as format version 2 with a `pad` header, else as version 1.
+    """
     if blocks.ndim != 2 or blocks.shape[0] < 1 or blocks.shape[1] < 1:
         raise ValueError(f"blocks must be a non-empty 2-D (n, seq_len) array, got shape {blocks.shape}")
     if blocks.dtype.kind != "u" or blocks.dtype.itemsize != TOKEN_BYTES:
         raise ValueError(f"blocks must be uint32, got {blocks.dtype}")
     n, seq_len = blocks.shape
+    if pad_tokens is None:
+        pad_tokens, _ = count_padding(blocks)
+    if not 0 <= pad_tokens < n * seq_len:
+        raise ValueError(f"{pad_tokens} pad tokens in a message of {n} x {seq_len} tokens")
     value = np.ascontiguousarray(blocks, dtype=TOKEN_DTYPE).tobytes()
+    version = FORMAT_VERSION if pad_tokens else PLAIN_FORMAT_VERSION
     headers: Headers = [
-        (H_FORMAT, str(FORMAT_VERSION).encode()),
+        (H_FORMAT, str(version).encode()),
         (H_TOKENIZER, tokenizer_name.encode()),
         (H_TOKENIZER_HASH, tokenizer_hash.encode()),
         (H_SEQ_LEN, str(seq_len).encode()),
         (H_BLOCKS, str(n).encode()),
         (H_SOURCE, source.encode()),
     ]
+    if pad_tokens:
+        headers.append((H_PAD, str(pad_tokens).encode()))
     return value, headers
 
 
@@ -94,13 +124,18 @@ def read_header(
         version = int(text[H_FORMAT])
         seq_len = int(text[H_SEQ_LEN])
         n_blocks = int(text[H_BLOCKS])
+        pad = int(found[H_PAD].decode()) if H_PAD in found else 0
     except (UnicodeDecodeError, ValueError) as exc:
         raise bad(f"unparseable header: {exc}") from None
-    if version != FORMAT_VERSION:
-        raise bad(f"unknown format version {version} (this reader knows {FORMAT_VERSION})")
+    if version not in FORMAT_VERSIONS:
+        raise bad(f"unknown format version {version} (this reader knows {', '.join(map(str, FORMAT_VERSIONS))})")
     if seq_len <= 0 or n_blocks <= 0:
         raise bad(f"non-positive seq_len {seq_len} or blocks {n_blocks}")
-    return BlockHeader(version, text[H_TOKENIZER], text[H_TOKENIZER_HASH], seq_len, n_blocks, text[H_SOURCE])
+    if pad and version == PLAIN_FORMAT_VERSION:
+        raise bad(f"format version {version} cannot hold padding, the pad header says {pad}")
+    if not 0 <= pad < n_blocks * seq_len:
+        raise bad(f"pad header {pad} outside [0, {n_blocks * seq_len})")
+    return BlockHeader(version, text[H_TOKENIZER], text[H_TOKENIZER_HASH], seq_len, n_blocks, text[H_SOURCE], pad)
 
 
 def decode_message(
@@ -114,6 +149,28 @@ def decode_message(
     expected_tokenizer_hash: str | None = None,
 ) -> np.ndarray:
     """Return the message's blocks as a read-only (n, seq_len) uint32 view of `value` (zero copy)."""
+    return decode_blocks(
+        value,
+        headers,
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        expected_seq_len=expected_seq_len,
+        expected_tokenizer_hash=expected_tokenizer_hash,
+    )[1]
+
+
+def decode_blocks(
+    value: bytes | memoryview | None,
+    headers: Iterable[tuple[str, bytes | None]] | None,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    expected_seq_len: int | None = None,
+    expected_tokenizer_hash: str | None = None,
+) -> tuple[BlockHeader, np.ndarray]:
+    """`decode_message`, also returning the parsed header (its `pad_tokens` says whether to map padding)."""
     header = read_header(headers, topic=topic, partition=partition, offset=offset)
 
     def bad(problem: str) -> MalformedMessageError:
@@ -132,4 +189,4 @@ def decode_message(
         raise bad(
             f"value is {len(value)} bytes, expected {want} ({header.blocks} blocks x {header.seq_len} tokens x 4)"
         )
-    return np.frombuffer(value, dtype=TOKEN_DTYPE).reshape(header.blocks, header.seq_len)
+    return header, np.frombuffer(value, dtype=TOKEN_DTYPE).reshape(header.blocks, header.seq_len)

@@ -1,11 +1,20 @@
 """The ledger of a token-block topic: which ledger keys were produced, with what content, where.
 
 The ledger is the compacted, 1-partition companion topic `<topic>.ledger`, replicated like its data
-topic. Its key is the ledger key (e.g. the asset partition key), its value a `ProduceReport` as
-JSON (`LEDGER_SCHEMA`), and a tombstone removes a key. The producer writes the record in the same
-Kafka transaction as the blocks it describes, so a read_committed reader (`read_ledger`) sees a
-key exactly when its blocks are visible too. `produce_blocks` (in `producer`) uses the ledger to
-produce each key once.
+topic. It holds two kinds of record, each written in the same Kafka transaction as the blocks it
+describes, so a read_committed reader sees a record exactly when its blocks are visible too:
+
+* completion, key = the ledger key (e.g. the asset partition key): a `ProduceReport` as JSON
+  (`LEDGER_SCHEMA`); the whole batch is in the topic.
+* progress, key = `<ledger key>#progress`: a `ProgressRecord`, rewritten by every bounded
+  transaction of a batch still being produced: how many blocks (a prefix of the batch's block
+  stream) and offsets are committed so far, with the hash of that prefix. The completion record's
+  transaction tombstones it.
+
+`produce_blocks` (in `producer`) uses both to produce each key exactly once, resuming an
+interrupted batch after its committed prefix. `read_ledger_records` reads to the partition's high
+watermark: a read_committed reader that stopped at its first end-of-partition could stop before
+records committed behind another producer's open transaction, and then produce them again.
 """
 
 from __future__ import annotations
@@ -15,14 +24,34 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from pipeline_project.streaming.errors import ReadTimeoutError, TopicMissingError, is_transient
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.topics import ensure_topic
 
 LEDGER_SUFFIX = ".ledger"
-LEDGER_SCHEMA = 1
+LEDGER_SCHEMA = 2
+PROGRESS_SUFFIX = "#progress"
+
+
+def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    """Drop keys a newer writer added, so an older reader still parses the record."""
+    names = set(cls.__dataclass_fields__)
+    return {k: v for k, v in d.items() if k in names}
+
+
+def _offsets_from_json(raw: dict[str, Any]) -> dict[int, tuple[int, int]]:
+    return {int(p): (int(r[0]), int(r[1])) for p, r in raw.items()}
+
+
+def merge_ranges(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Per-partition union of two (first, last) offset ranges."""
+    out = dict(a)
+    for p, (lo, hi) in b.items():
+        out[p] = (min(lo, out[p][0]), max(hi, out[p][1])) if p in out else (lo, hi)
+    return dict(sorted(out.items()))
 
 
 @dataclass
@@ -38,7 +67,7 @@ class ProduceReport:
     offsets: dict[int, tuple[int, int]]  # partition -> (first, last) offsets written, inclusive
     messages: int
     blocks: int
-    tokens: int
+    tokens: int  # real tokens (document tokens and EOS separators): blocks * seq_len - pad_tokens
     bytes: int
     seconds: float  # the whole call: setup, reading/tokenizing the input, producing, commit
     mb_per_s: float  # bytes / seconds
@@ -49,6 +78,13 @@ class ProduceReport:
     kafka_stats: dict[str, float] = field(default_factory=dict)
     packing: dict[str, int] = field(default_factory=dict)
     produced_at: float = field(default_factory=time.time)
+    topic_id: str = ""  # the data topic's id when produced ("" in schema-1 records)
+    tail_tokens: int = 0  # real tokens of the batch's partial last block (padded, or dropped)
+    pad_tokens: int = 0  # PAD_TOKENs filling the partial last block
+    dropped_tokens: int = 0  # tail tokens NOT in the topic (only with pad_tail=False)
+    transactions: int = 0  # Kafka transactions that wrote the batch, over all attempts
+    resumed_blocks: int = 0  # blocks an earlier, interrupted attempt had committed (skipped by this one)
+    stream_hash: str = ""  # xxh3-64 of the batch's block stream, as little-endian uint32 bytes
 
     def to_ledger_json(self) -> bytes:
         d = asdict(self)
@@ -60,9 +96,8 @@ class ProduceReport:
     @classmethod
     def from_ledger_json(cls, raw: bytes) -> ProduceReport:
         d = json.loads(raw)
-        d.pop("schema", None)
-        d["offsets"] = {int(p): (int(r[0]), int(r[1])) for p, r in d["offsets"].items()}
-        return cls(**d)
+        d["offsets"] = _offsets_from_json(d["offsets"])
+        return cls(**_known_fields(cls, d))
 
     def offsets_markdown(self) -> str:
         rows = [f"| {p} | {first} | {last} | {last - first + 1} |" for p, (first, last) in sorted(self.offsets.items())]
@@ -76,6 +111,11 @@ class ProduceReport:
             "reused": self.reused,
             "blocks": self.blocks,
             "tokens": self.tokens,
+            "tail_tokens": self.tail_tokens,
+            "pad_tokens": self.pad_tokens,
+            "dropped_tokens": self.dropped_tokens,
+            "transactions": self.transactions,
+            "resumed_blocks": self.resumed_blocks,
             "messages": self.messages,
             "bytes": self.bytes,
             "seq_len": self.seq_len,
@@ -93,6 +133,52 @@ class ProduceReport:
 
     def fingerprint(self) -> tuple[str, str, int]:
         return (self.content_hash, self.tokenizer_hash, self.seq_len)
+
+
+@dataclass
+class ProgressRecord:
+    """A batch still being produced: its first `blocks` blocks are committed in `transactions` transactions."""
+
+    ledger_key: str
+    content_hash: str
+    tokenizer_hash: str
+    seq_len: int
+    topic_id: str
+    transactions: int
+    messages: int
+    blocks: int
+    bytes: int
+    pad_tokens: int
+    padded_blocks: int
+    offsets: dict[int, tuple[int, int]]
+    stream_hash: str  # of the committed prefix
+    transactional_id: str
+    updated_at: float = field(default_factory=time.time)
+
+    def to_json(self) -> bytes:
+        d = asdict(self)
+        d["offsets"] = {str(p): list(r) for p, r in self.offsets.items()}
+        d["kind"] = "progress"
+        return json.dumps(d, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> ProgressRecord:
+        d = json.loads(raw)
+        d["offsets"] = _offsets_from_json(d["offsets"])
+        return cls(**_known_fields(cls, d))
+
+    def fingerprint(self) -> tuple[str, str, int]:
+        return (self.content_hash, self.tokenizer_hash, self.seq_len)
+
+
+@dataclass
+class LedgerRecords:
+    completed: dict[str, ProduceReport]
+    progress: dict[str, ProgressRecord]  # by ledger key (without the suffix)
+
+
+def progress_key(ledger_key: str) -> str:
+    return ledger_key + PROGRESS_SUFFIX
 
 
 def ledger_topic(topic: str) -> str:
@@ -113,42 +199,75 @@ def ensure_ledger_topic(admin: Any, topic: str, timeout_s: float = 30.0) -> None
         min_insync_replicas=min(2, rf),
         config={"cleanup.policy": "compact"},
         timeout_s=timeout_s,
+        retention_ms=None,  # compaction, not time, decides what a compacted topic keeps
+        retention_bytes=None,
     )
 
 
 def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[str, ProduceReport]:
-    """All committed ledger entries of `topic`, latest per key (tombstones remove a key).
+    """The completion records of `topic`'s ledger, latest per key (tombstones remove a key)."""
+    return read_ledger_records(settings, topic, timeout_s).completed
 
-    A missing ledger topic reads as empty; not reaching the ledger's end within `timeout_s` raises ReadTimeoutError.
+
+def read_ledger_records(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> LedgerRecords:
+    """All committed ledger records of `topic`, latest per key, read up to the high watermark seen at the start.
+
+    A missing ledger topic reads as empty; not reaching that end within `timeout_s` (an open transaction of another
+    producer holds the last stable offset back) raises ReadTimeoutError.
     """
     name = ledger_topic(topic)
+    records = LedgerRecords({}, {})
     consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
     try:
         md = consumer.list_topics(topic=name, timeout=timeout_s).topics.get(name)
         if md is None or md.error is not None:
-            return {}
+            return records
         parts = sorted(md.partitions)
+        ends = _high_watermarks(settings, name, parts, timeout_s)
         consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in parts])
-        pending = set(parts)
-        entries: dict[str, ProduceReport] = {}
+        pending = {p for p in parts if ends[p] > 0}
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
-                raise ReadTimeoutError(f"reading ledger {name} did not reach its end within {timeout_s:g}s")
+                raise ReadTimeoutError(
+                    f"reading ledger {name} did not reach its high watermark {ends} within {timeout_s:g}s "
+                    "(an open transaction holds the last stable offset back?)"
+                )
             for msg in consumer.consume(num_messages=1000, timeout=0.5):
                 err = msg.error()
+                p = msg.partition()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
+                        if msg.offset() >= ends.get(p, 0):
+                            pending.discard(p)
                         continue
                     if is_transient(err):
                         continue  # librdkafka retries on its own; the deadline bounds the wait
                     raise KafkaException(err)
-                key = (msg.key() or b"").decode()
-                if msg.value() is None:
-                    entries.pop(key, None)
-                else:
-                    entries[key] = ProduceReport.from_ledger_json(msg.value())
-        return entries
+                if msg.offset() + 1 >= ends.get(p, 0):
+                    pending.discard(p)
+                _apply(records, (msg.key() or b"").decode(), msg.value())
+        return records
     finally:
         consumer.close()
+
+
+def _apply(records: LedgerRecords, key: str, value: bytes | None) -> None:
+    if key.endswith(PROGRESS_SUFFIX):
+        key = key[: -len(PROGRESS_SUFFIX)]
+        if value is None:
+            records.progress.pop(key, None)
+        else:
+            records.progress[key] = ProgressRecord.from_json(value)
+    elif value is None:
+        records.completed.pop(key, None)
+    else:
+        records.completed[key] = ProduceReport.from_ledger_json(value)
+
+
+def _high_watermarks(settings: KafkaSettings, name: str, parts: list[int], timeout_s: float) -> dict[int, int]:
+    """Log end offsets (read_uncommitted latest): every record written so far, committed or not."""
+    req = {TopicPartition(name, p): OffsetSpec.latest() for p in parts}
+    admin = settings.make_admin()  # held until the futures resolve: a collected client never completes them
+    futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
+    return {tp.partition: int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}

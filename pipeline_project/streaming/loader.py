@@ -28,10 +28,18 @@ Behaviour worth knowing:
   (for example all-reduce a "has batch" flag) — the loader does not pad.
 * Under DDP every rank saves its own `state_dict()`; `gather_state()` collects them all on
   every rank, and `load_state_dict()` accepts either this rank's state or that list.
+* Padding (the partial last block of a produced batch) arrives as -1; the train loop masks it.
+  `metrics()["tokens_delivered"]` counts real tokens, `"pad_tokens_delivered"` the padding.
+* Nothing is skipped silently. The state carries the topic id, and a state of a deleted and
+  recreated topic raises TopicRecreatedError; a cursor below its partition's log start offset
+  raises DataLossError unless `allow_data_loss` (counted in `metrics()["data_loss_offsets"]`,
+  records in `loader.data_loss`): see `preflight.py`.
+* A malformed message is skipped into a dead letter (`dead_letters.py`): the cursor moves past it,
+  `loader.dead_letters` records it and `metrics()["dead_letters"]` counts it; more than
+  `max_dead_letters` raise DeadLetterLimitError.
 * Failures: an unreadable topic raises TopicMissingError (a ValueError) when the loader is built;
   a bounded partition without data for `idle_timeout_s` before its end offset raises
-  ReadTimeoutError (a TimeoutError), and a malformed message its MalformedMessageError, from
-  `__next__` once the batches before it are delivered.
+  ReadTimeoutError (a TimeoutError) from `__next__` once the batches before it are delivered.
 """
 
 from __future__ import annotations
@@ -41,22 +49,28 @@ import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipeline_project.settings import DEFAULT_TOPIC, DistEnv
 from pipeline_project.streaming.assembler import BatchAssembler, End
 from pipeline_project.streaming.assignment import partitions_for_rank
-from pipeline_project.streaming.errors import MalformedMessageError, StateError, TopicMissingError
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.dead_letters import DeadLetter, DeadLetterSink
+from pipeline_project.streaming.errors import MalformedMessageError, StateError
+from pipeline_project.streaming.loader_config import LoaderConfig, dead_letter_topic_for
 from pipeline_project.streaming.partition_reader import PartitionReader
+from pipeline_project.streaming.preflight import (
+    SkippedRange,
+    check_cursors,
+    describe_topic,
+    list_offsets,
+    partition_bounds,
+)
 from pipeline_project.streaming.state import (
     Cursor,
     Interleaver,
+    gather_state,
     make_state,
     merge_states,
     parse_cursors,
@@ -65,45 +79,14 @@ from pipeline_project.streaming.state import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KafkaBlockLoader", "LoaderConfig", "MalformedMessageError", "StateError", "gather_state"]
-
-
-class LoaderConfig(BaseModel):
-    """Everything the loader needs; rank and world_size default to torchrun's (`settings.DistEnv`)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    config_version: Literal[1] = 1
-    kafka: KafkaSettings
-    topic: str = DEFAULT_TOPIC
-    seq_len: int = Field(gt=0)
-    batch_size: int = Field(gt=0)
-    rank: int = Field(default_factory=lambda: DistEnv.from_env().rank, ge=0)
-    world_size: int = Field(default_factory=lambda: DistEnv.from_env().world_size, ge=1)
-    num_workers: int = Field(default=1, ge=1)
-    mode: Literal["bounded", "streaming"] = "bounded"
-    idle_timeout_s: float = Field(default=10.0, gt=0)
-    seed: int = 0
-    start_offsets: dict[int, int] | None = None
-    end_offsets: dict[int, int] | None = None
-    expected_tokenizer_hash: str | None = None
-    device: str = "cpu"
-    pin_memory: bool | None = None
-    prefetch: int = Field(default=2, ge=1)
-    # messages per consume() call and its timeout
-    consume_messages: int = Field(default=1024, ge=1)
-    poll_timeout_s: float = Field(default=0.05, gt=0)
-    # a partition whose fetched-but-undelivered messages exceed this is paused until it drains
-    max_buffered_messages: int = Field(default=2048, ge=2)
-    metadata_timeout_s: float = Field(default=30.0, gt=0)
-    # record (partition, offset, block_index) of every delivered block in `loader.trace`
-    trace: bool = False
-
-    @model_validator(mode="after")
-    def _rank_in_world(self) -> LoaderConfig:
-        if self.rank >= self.world_size:
-            raise ValueError(f"rank {self.rank} must be < world_size {self.world_size}")
-        return self
+__all__ = [
+    "KafkaBlockLoader",
+    "LoaderConfig",
+    "MalformedMessageError",
+    "StateError",
+    "dead_letter_topic_for",
+    "gather_state",
+]
 
 
 class KafkaBlockLoader:
@@ -111,32 +94,31 @@ class KafkaBlockLoader:
 
     def __init__(self, cfg: LoaderConfig):
         self.cfg = cfg
-        admin = cfg.kafka.make_admin()
-        md = admin.list_topics(topic=cfg.topic, timeout=cfg.metadata_timeout_s).topics.get(cfg.topic)
-        if md is None or md.error is not None or not md.partitions:
-            problem = md.error.str() if md is not None and md.error is not None else "no partitions"
-            raise TopicMissingError(f"topic {cfg.topic!r} is not readable: {problem}")
-        self.all_partitions = tuple(sorted(md.partitions))
+        self._admin = admin = cfg.kafka.make_admin()
+        self.all_partitions, self.topic_id = describe_topic(admin, cfg.topic, cfg.metadata_timeout_s)
         self.workers = partitions_for_rank(
             self.all_partitions, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers
         )
         self.partitions = tuple(sorted(p for ps in self.workers.values() for p in ps))
         self.pin = cfg.pin_memory if cfg.pin_memory is not None else torch.cuda.is_available()
 
-        earliest = _list_offsets(admin, cfg.topic, self.partitions, OffsetSpec.earliest(), cfg.metadata_timeout_s)
+        self.dead_letters: list[DeadLetter] = []  # skipped malformed messages, as delivered
+        self.data_loss: list[SkippedRange] = []  # deleted offsets skipped by allow_data_loss
+        self._pad_delivered = 0
+        low, high = partition_bounds(admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
         self._end_offsets: dict[int, int] | None = None
         if cfg.mode == "bounded":
             if cfg.end_offsets is not None:
                 self._end_offsets = {p: int(cfg.end_offsets[p]) for p in self.partitions}
             else:
-                self._end_offsets = _list_offsets(
+                self._end_offsets = list_offsets(
                     admin, cfg.topic, self.partitions, OffsetSpec.latest(), cfg.metadata_timeout_s
                 )
-        start = dict(earliest)
-        for p, off in (cfg.start_offsets or {}).items():
-            if p in start:
-                start[p] = int(off)
-        self._start_cursors = {p: Cursor(start[p]) for p in self.partitions}
+        start = {p: Cursor(low[p]) for p in self.partitions}
+        explicit = {p: Cursor(int(off)) for p, off in (cfg.start_offsets or {}).items() if p in start}
+        checked, skipped = check_cursors(cfg.topic, explicit, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
+        self._record_data_loss(skipped)
+        self._start_cursors = {**start, **checked}
 
         self._readers = [
             PartitionReader(
@@ -150,6 +132,7 @@ class KafkaBlockLoader:
                 end_offsets=self._end_offsets,
                 consume_messages=cfg.consume_messages,
                 max_buffered_messages=cfg.max_buffered_messages,
+                allow_data_loss=cfg.allow_data_loss,
             )
             for w, ps in self.workers.items()
         ]
@@ -173,7 +156,13 @@ class KafkaBlockLoader:
             pin_memory=self.pin,
             snapshot=self._snapshot,
             stop=self._stop,
+            allow_data_loss=cfg.allow_data_loss,
         )
+        self._dead_letter_sink: DeadLetterSink | None = None
+        if cfg.dead_letter_topic:
+            self._dead_letter_sink = DeadLetterSink(
+                cfg.kafka, cfg.dead_letter_topic, source_topic=cfg.topic, timeout_s=cfg.metadata_timeout_s
+            )
         self._finished = False
         self.trace: list[tuple[int, int, int]] = []
 
@@ -204,6 +193,7 @@ class KafkaBlockLoader:
         if isinstance(item, End):
             if item.state is not None:
                 self._delivered_state = item.state
+            self._account(item)
             self._finished = True
             self._join()
             raise StopIteration
@@ -212,7 +202,9 @@ class KafkaBlockLoader:
             self._join()
             raise item
         self._delivered_state = item.state
+        self._account(item)
         self.blocks_delivered += self.cfg.batch_size
+        self._pad_delivered += item.pad_tokens
         if item.trace is not None:
             self.trace.extend(item.trace)
         tensor = item.tensor
@@ -237,15 +229,21 @@ class KafkaBlockLoader:
             states = list(state)
             mine = [s for s in states if s.get("rank") == cfg.rank and s.get("world_size") == cfg.world_size]
             state = mine[0] if len(mine) == 1 and len(states) == cfg.world_size else merge_states(states)
-        cursors = parse_cursors(state, topic=cfg.topic)
+        cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
         missing = [p for p in self.partitions if p not in cursors]
         if missing and state.get("rank") is not None:
             raise StateError(f"state has no cursor for partitions {missing} of rank {cfg.rank}")
+        mine = {p: c for p, c in cursors.items() if p in self.partitions}
+        low, high = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
+        checked, skipped = check_cursors(cfg.topic, mine, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
         self._stop_prefetch()
-        self._cursors = {p: cursors.get(p, self._start_cursors[p]) for p in self.partitions}
+        self._record_data_loss(skipped)
+        self._cursors = {p: checked.get(p, self._start_cursors[p]) for p in self.partitions}
         if same_layout(state, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers, seed=cfg.seed):
             self._interleaver.set_state(state["interleave"])
-            self._current = state.get("current")
+            current = state.get("current")
+            # a message in progress that was deleted (skipped by allow_data_loss) is no longer in progress
+            self._current = None if any(s.partition == current for s in skipped) else current
         else:
             self._interleaver = Interleaver(self.workers, seed=cfg.seed, rank=cfg.rank)
             self._current = None
@@ -253,7 +251,12 @@ class KafkaBlockLoader:
         self._finished = False
 
     def metrics(self) -> dict[str, Any]:
-        """Wait and lag figures; `data_wait_fraction` covers the wall time since the previous call."""
+        """Wait, lag and loss figures; `data_wait_fraction` covers the wall time since the previous call.
+
+        `tokens_delivered` counts real tokens (padding excluded); `dead_letters` the malformed messages
+        skipped (records in `loader.dead_letters`); `data_loss_offsets` the deleted offsets skipped by
+        `allow_data_loss` (records in `loader.data_loss`).
+        """
         now = time.perf_counter()
         wall = now - self._window_start
         fraction = self._wait_window / wall if wall > 0 else 0.0
@@ -267,7 +270,10 @@ class KafkaBlockLoader:
             "lag": lag,
             "lag_total": sum(lag.values()),
             "blocks_delivered": self.blocks_delivered,
-            "tokens_delivered": self.blocks_delivered * self.cfg.seq_len,
+            "tokens_delivered": self.blocks_delivered * self.cfg.seq_len - self._pad_delivered,
+            "pad_tokens_delivered": self._pad_delivered,
+            "dead_letters": len(self.dead_letters),
+            "data_loss_offsets": sum(s.offsets for s in self.data_loss),
         }
 
     @property
@@ -276,6 +282,9 @@ class KafkaBlockLoader:
 
     def close(self) -> None:
         self._stop_prefetch()
+        if self._dead_letter_sink is not None:
+            self._dead_letter_sink.close()
+            self._dead_letter_sink = None
 
     def __enter__(self) -> KafkaBlockLoader:
         return self
@@ -289,6 +298,7 @@ class KafkaBlockLoader:
         cfg = self.cfg
         return make_state(
             topic=cfg.topic,
+            topic_id=self.topic_id,
             rank=cfg.rank,
             world_size=cfg.world_size,
             num_workers=cfg.num_workers,
@@ -297,6 +307,22 @@ class KafkaBlockLoader:
             current=current,
             interleave=self._interleaver.get_state(),
         )
+
+    def _account(self, item: Any) -> None:
+        """Count what the assembler skipped on the way to a delivered item."""
+        for letter in item.dead_letters:
+            log.warning("skipped malformed message %s[%d]@%d: %s", letter.topic, letter.partition, letter.offset,
+                        letter.reason)  # fmt: skip
+            if self._dead_letter_sink is not None:
+                self._dead_letter_sink.send(letter)
+            self.dead_letters.append(DeadLetter(letter.topic, letter.partition, letter.offset, letter.reason))
+        self._record_data_loss(item.skipped)
+
+    def _record_data_loss(self, skipped: Sequence[SkippedRange]) -> None:
+        for s in skipped:
+            log.warning("%s[%d]: skipped %d deleted offsets [%d, %d) (allow_data_loss)", self.cfg.topic, s.partition,
+                        s.offsets, s.first, s.low)  # fmt: skip
+            self.data_loss.append(s)
 
     def _lag(self) -> dict[int, int]:
         """Log end (last fetched high watermark, else the start-time end offset) minus delivered position."""
@@ -321,7 +347,10 @@ class KafkaBlockLoader:
         for r in self._readers:
             r.open({p: self._cursors[p].offset for p in r.partitions if p in live})
         self._thread = threading.Thread(
-            target=self._run, args=(dict(self._cursors), self._current, live), daemon=True, name="kafka-block-prefetch"
+            target=self._run,
+            args=(dict(self._cursors), self._current, live, self.cfg.max_dead_letters - len(self.dead_letters)),
+            daemon=True,
+            name="kafka-block-prefetch",
         )
         self._thread.start()
 
@@ -357,31 +386,10 @@ class KafkaBlockLoader:
                 continue
         return False
 
-    def _run(self, cursors: dict[int, Cursor], current: int | None, live: set[int]) -> None:
+    def _run(self, cursors: dict[int, Cursor], current: int | None, live: set[int], budget: int) -> None:
         try:
-            for item in self._assembler.run(self._interleaver, cursors, current, live):
+            for item in self._assembler.run(self._interleaver, cursors, current, live, budget):
                 if not self._put(item):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, raised by __next__
             self._put(exc)
-
-
-def _list_offsets(
-    admin: Any, topic: str, partitions: Sequence[int], spec: OffsetSpec, timeout: float
-) -> dict[int, int]:
-    req = {TopicPartition(topic, p): spec for p in partitions}
-    futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout)
-    return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
-
-
-def gather_state(loader: KafkaBlockLoader, group: Any = None) -> list[dict[str, Any]]:
-    """Every rank's `state_dict()`, on every rank (collective: all ranks must call it).
-
-    Save the list in the checkpoint; `load_state_dict(list)` picks this rank's entry, or
-    merges them when the world size changed.
-    """
-    import torch.distributed as dist
-
-    states: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(states, loader.state_dict(), group=group)
-    return states

@@ -4,10 +4,11 @@ Documents go back to back, each followed by one EOS token (so EOS separates neig
 padding and no cross-document mask. Full blocks are emitted as soon as they fill; the partial tail
 waits in `remainder` for the next documents.
 
-Tail policy (`flush`): by default the partial tail at the end of a stream is DROPPED and its length
-is counted in `dropped_tokens` (at most seq_len - 1 tokens per stream, far below 1% for any real
-asset partition). `flush(pad=True)` instead pads it with EOS to one last block and counts the
-padding in `padded_tokens`.
+Tail policy (`flush`): by default the partial tail at the end of a stream (up to seq_len - 1 real
+tokens) becomes one last block, filled up with `format.PAD_TOKEN`; the padding is counted in
+`padded_tokens` and the loader and train loop mask it out, so every document token is delivered.
+`flush(pad=False)` drops the tail instead and counts it in `dropped_tokens`. Either way
+`tail_tokens` counts the tail's real tokens.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+from pipeline_project.streaming.format import PAD_TOKEN
 
 
 class BlockPacker:
@@ -29,6 +32,7 @@ class BlockPacker:
         self.blocks_out = 0
         self.dropped_tokens = 0
         self.padded_tokens = 0
+        self.tail_tokens = 0  # real tokens of the partial tail, padded or dropped
 
     def add(self, docs: Sequence[np.ndarray]) -> np.ndarray:
         """Append documents; return the full blocks now available as (k, seq_len) uint32 (k may be 0)."""
@@ -48,21 +52,22 @@ class BlockPacker:
         self.blocks_out += n_full
         return stream[:cut].reshape(n_full, self.seq_len)
 
-    def flush(self, pad: bool = False) -> np.ndarray:
-        """End of stream: drop the partial tail (counted), or pad it with EOS into one last block."""
+    def flush(self, pad: bool = True) -> np.ndarray:
+        """End of stream: pad the partial tail with PAD_TOKEN into one last block, or drop it (counted)."""
         tail = self.remainder
         self.remainder = np.empty(0, dtype=np.uint32)
         if not tail.size:
             return np.empty((0, self.seq_len), dtype=np.uint32)
+        self.tail_tokens += int(tail.size)
         if not pad:
             self.dropped_tokens += int(tail.size)
             return np.empty((0, self.seq_len), dtype=np.uint32)
         fill = self.seq_len - tail.size
         self.padded_tokens += fill
         self.blocks_out += 1
-        return np.concatenate([tail, np.full(fill, self.eos_id, dtype=np.uint32)]).reshape(1, self.seq_len)
+        return np.concatenate([tail, np.full(fill, PAD_TOKEN, dtype=np.uint32)]).reshape(1, self.seq_len)
 
-    def pack_all(self, doc_batches: Iterable[Sequence[np.ndarray]], pad: bool = False) -> Iterable[np.ndarray]:
+    def pack_all(self, doc_batches: Iterable[Sequence[np.ndarray]], pad: bool = True) -> Iterable[np.ndarray]:
         """Generator over non-empty block arrays for a stream of document batches, flushing at the end."""
         for batch in doc_batches:
             blocks = self.add(batch)
@@ -78,6 +83,7 @@ class BlockPacker:
             "tokens_in": self.tokens_in,
             "blocks": self.blocks_out,
             "block_tokens": self.blocks_out * self.seq_len,
+            "tail_tokens": self.tail_tokens,
             "dropped_tail_tokens": self.dropped_tokens,
             "padded_tokens": self.padded_tokens,
         }

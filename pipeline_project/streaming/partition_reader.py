@@ -6,9 +6,14 @@ offset order, which the batch assembler pops; `high_watermarks()`, the log end o
 
 What lands in a buffer:
 
-* a decoded message: `BufferEntry(offset, blocks)`;
-* a message off the wire format: `BufferEntry(offset, error=MalformedMessageError)`, raised only when
-  the assembler reaches it, so the blocks before it are still delivered;
+* a decoded message: `BufferEntry(offset, blocks, pad_tokens)`;
+* a message off the wire format: `BufferEntry(offset, error=MalformedMessageError, raw=(value, headers))`,
+  handled only when the assembler reaches it (skipped into a dead letter), so the blocks before it are
+  still delivered in order;
+* records deleted under the consumer (the consumer runs with `auto.offset.reset=error`, so it never
+  jumps on its own): `BufferEntry(log start offset, error=DataLossError)`. With `allow_data_loss` the
+  reader re-assigns the partition at the log start and the assembler skips to it, counting the gap;
+  without, the assembler raises it;
 * a position marker `BufferEntry(offset)` (`blocks` None): at partition EOF, everything before
   `offset` is consumed or a transaction marker; in bounded mode, the partition reached its end
   offset (the marker's offset is the end offset) and stays paused for good.
@@ -27,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from pipeline_project.streaming.errors import MalformedMessageError
-from pipeline_project.streaming.format import decode_message
+from pipeline_project.streaming.errors import DataLossError, MalformedMessageError
+from pipeline_project.streaming.format import decode_blocks
 from pipeline_project.streaming.kafka_client import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,8 @@ class BufferEntry:
     offset: int
     blocks: np.ndarray | None = None  # (n, seq_len) uint32; None for a position marker
     error: BaseException | None = None
+    pad_tokens: int = 0  # PAD_TOKENs among `blocks`
+    raw: tuple[bytes | None, list | None] | None = None  # a malformed message's value and headers
 
 
 class PartitionReader:
@@ -57,6 +64,7 @@ class PartitionReader:
         end_offsets: Mapping[int, int] | None,
         consume_messages: int,
         max_buffered_messages: int,
+        allow_data_loss: bool = False,
     ):
         self.kafka = kafka
         self.topic = topic
@@ -68,6 +76,7 @@ class PartitionReader:
         self.end_offsets = dict(end_offsets) if end_offsets is not None else None  # None: streaming mode
         self.consume_messages = consume_messages
         self.max_buffered_messages = max_buffered_messages
+        self.allow_data_loss = allow_data_loss
         self.buffers: dict[int, deque[BufferEntry]] = {p: deque() for p in self.partitions}
         self.paused: set[int] = set()
         self.ended: set[int] = set()  # bounded mode: reached the end offset, paused for good
@@ -76,7 +85,9 @@ class PartitionReader:
 
     def open(self, start_offsets: Mapping[int, int]) -> None:
         """Create the consumer and assign the partitions in `start_offsets` at those offsets."""
-        self.consumer = self.kafka.make_consumer(overrides={"enable.partition.eof": True, "client.id": self.client_id})
+        # auto.offset.reset=error: an offset that is gone raises instead of jumping (earliest) or skipping (latest)
+        overrides = {"enable.partition.eof": True, "client.id": self.client_id, "auto.offset.reset": "error"}
+        self.consumer = self.kafka.make_consumer(overrides=overrides)
         self.consumer.assign([TopicPartition(self.topic, p, off) for p, off in start_offsets.items()])
 
     def high_watermarks(self) -> dict[int, int]:
@@ -112,6 +123,8 @@ class PartitionReader:
                 if err.code() == KafkaError._PARTITION_EOF:
                     # everything before msg.offset() is consumed or a transaction marker
                     self.buffers[p].append(BufferEntry(msg.offset()))
+                elif err.code() == KafkaError._AUTO_OFFSET_RESET and p in self.buffers:
+                    self._offset_gone(p, msg.offset(), err.str())
                 elif err.fatal() or not err.retriable():
                     raise KafkaException(err)
                 else:
@@ -125,7 +138,7 @@ class PartitionReader:
                     self._pause(p)
                 continue
             try:
-                blocks = decode_message(
+                header, blocks = decode_blocks(
                     msg.value(),
                     msg.headers(),
                     topic=self.topic,
@@ -134,12 +147,25 @@ class PartitionReader:
                     expected_seq_len=self.seq_len,
                     expected_tokenizer_hash=self.expected_tokenizer_hash,
                 )
-                self.buffers[p].append(BufferEntry(offset, blocks))
+                self.buffers[p].append(BufferEntry(offset, blocks, pad_tokens=header.pad_tokens))
             except MalformedMessageError as exc:
-                self.buffers[p].append(BufferEntry(offset, error=exc))
+                self.buffers[p].append(BufferEntry(offset, error=exc, raw=(msg.value(), msg.headers())))
             if len(self.buffers[p]) >= self.max_buffered_messages:
                 self._pause(p)
         return len(msgs)
+
+    def _offset_gone(self, p: int, wanted: int, text: str) -> None:
+        """The fetch offset of partition p is out of range: its records were deleted (or the topic replaced)."""
+        tp = TopicPartition(self.topic, p)
+        low, _high = self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        if wanted < 0 or not low > wanted:  # not below the log start: past the end, or unknown
+            raise KafkaException(KafkaError(KafkaError._AUTO_OFFSET_RESET, f"{self.topic}[{p}]: {text}"))
+        self.buffers[p].append(BufferEntry(low, error=DataLossError(self.topic, {p: (wanted, low)})))
+        if self.allow_data_loss:  # a seek is refused after this error: assign the partition afresh
+            self.consumer.incremental_unassign([tp])
+            self.consumer.incremental_assign([TopicPartition(self.topic, p, low)])
+        else:
+            self._pause(p)
 
     def _pause(self, p: int) -> None:
         if p not in self.paused:

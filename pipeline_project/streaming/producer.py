@@ -1,13 +1,30 @@
-"""Transactional producer of token blocks, idempotent per ledger key.
+"""Transactional producer of token blocks: exactly once per ledger key, in bounded transactions.
 
-One call = one Kafka transaction that writes the block messages AND a ledger record to the
-compacted companion topic `<topic>.ledger` (key = ledger key, e.g. the asset partition key).
-Either both become visible to read_committed consumers or neither does. Before producing, the
-ledger is read (read_committed): if the key is already there with the same content fingerprint,
-nothing is produced and the recorded report is returned with `reused=True`; a different
-fingerprint is a LedgerConflictError. The transactional.id is stable per (topic, ledger key), so
-`init_transactions` fences a zombie producer of the same key and aborts its open transaction
-before the ledger is read.
+A batch (one ledger key) is produced as a sequence of Kafka transactions, each bounded in size.
+Its blocks are first staged (`staging`): the input is read, tokenized and packed into a chunk of
+at most `transaction_max_bytes` of encoded messages, and only then is a transaction opened, which
+produces the chunk and a progress record to the ledger `<topic>.ledger` (`ledger`) and commits.
+The last chunk's transaction writes the completion record (key = the ledger key, with the offset
+ranges of all chunks) instead, and tombstones the progress record. So a transaction is open only
+while a staged chunk is produced, never while S3 is read or text tokenized; a batch has no size
+limit; and a partition's last stable offset is held back for seconds, not for the whole batch.
+
+Guarantees, and the failures they survive:
+
+* Exactly once per ledger key, across kills, exceptions and retries. The transactional.id is stable
+  per (topic, ledger key), so `init_transactions` fences a zombie of the same key and ends its open
+  transaction before the ledger is read (read_committed, up to its high watermark). A completion
+  record with the same fingerprint (content hash, tokenizer hash, seq_len) and topic id is returned
+  with `reused=True` and nothing is produced; a progress record makes the retry re-read and
+  re-tokenize the input, skip the committed block prefix (checked against its hash: `staging`) and
+  continue with the next chunk, whose message boundaries and partitions are the ones an
+  uninterrupted run has. Another fingerprint, or another topic id (the data topic was deleted and
+  recreated under a kept ledger), raises LedgerConflictError.
+* An interrupted batch leaves its committed chunks visible to readers: unique, whole blocks that the
+  retry does not repeat. Only the completion record reports the batch (and `reused=True`).
+* Visible on return: `produce_blocks` returns once the last stable offset of every partition written
+  (data and ledger) is past the written records (`visibility`), so a trainer started right after the
+  asset reads the whole batch.
 """
 
 from __future__ import annotations
@@ -15,21 +32,34 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
 import xxhash
-from confluent_kafka import KafkaException
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline_project.streaming.errors import LedgerConflictError
-from pipeline_project.streaming.format import encode_message, max_blocks_per_message
-from pipeline_project.streaming.kafka_client import DeliveryTracker, KafkaSettings, flush_or_raise
+from pipeline_project.streaming.format import TOKEN_BYTES, max_blocks_per_message
+from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.kafka_stats import KafkaStats
-from pipeline_project.streaming.ledger import ProduceReport, ensure_ledger_topic, ledger_topic, read_ledger
+from pipeline_project.streaming.ledger import (
+    PROGRESS_SUFFIX,
+    ProduceReport,
+    ProgressRecord,
+    ensure_ledger_topic,
+    ledger_topic,
+    read_ledger,
+    read_ledger_records,
+)
 from pipeline_project.streaming.packing import BlockPacker
 from pipeline_project.streaming.prefetch import prefetch_batches
+from pipeline_project.streaming.staging import MessageEncoder, StreamHasher, rechunk, skip_blocks, stage_chunks
+from pipeline_project.streaming.topics import topic_id
+from pipeline_project.streaming.transactions import BatchTotals, BatchTransactions
 from pipeline_project.streaming.verify import verify_produced
+from pipeline_project.streaming.visibility import wait_until_visible
 
 # ProduceReport, read_ledger, ledger_topic and verify_produced live in `ledger` / `verify`; they are
 # re-exported here for callers that import the whole producer API from this module.
@@ -47,21 +77,27 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_rechunk = rechunk  # the name the unit tests know
+
 
 class ProducerConfig(BaseModel):
     """Knobs of the block producer; bump `version` when semantics change."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    version: int = 1
+    version: int = 2
     max_message_bytes: int = Field(default=900_000, gt=0)
-    transaction_timeout_ms: int = Field(default=600_000, gt=0)  # tokenizing runs inside the transaction
+    # encoded messages staged per transaction; a chunk holds at least one message
+    transaction_max_bytes: int = Field(default=64 << 20, gt=0)
+    # covers producing one staged chunk (never reading or tokenizing); >= the producer's delivery.timeout.ms
+    transaction_timeout_ms: int = Field(default=180_000, gt=0)
     flush_timeout_s: float = Field(default=300.0, gt=0)
     ledger_read_timeout_s: float = Field(default=30.0, gt=0)
+    visibility_timeout_s: float = Field(default=60.0, gt=0)  # commit -> visible to read_committed readers
     statistics_interval_ms: int = Field(default=500, ge=0)
     text_batch_docs: int = Field(default=512, gt=0)  # texts per encode_batch call
     prefetch_batches: int = Field(default=2, ge=0)  # text batches read ahead in a thread (0: inline)
-    pad_tail: bool = False  # see packing.BlockPacker.flush
+    pad_tail: bool = True  # the batch's partial last block is padded (format.PAD_TOKEN), not dropped
 
 
 class TokenizerIdentity(Protocol):
@@ -71,27 +107,6 @@ class TokenizerIdentity(Protocol):
 
 def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -> str:
     return f"{settings.client_id}.{topic}.{ledger_key}"
-
-
-def _rechunk(blocks_iter: Iterable[np.ndarray], per_message: int) -> Iterator[np.ndarray]:
-    """Regroup arbitrary (k, seq_len) arrays into messages of exactly `per_message` blocks (last may be short)."""
-    pending: list[np.ndarray] = []
-    have = 0
-    for blocks in blocks_iter:
-        if not len(blocks):
-            continue
-        pending.append(blocks)
-        have += len(blocks)
-        if have < per_message:
-            continue
-        joined = np.concatenate(pending) if len(pending) > 1 else pending[0]
-        n_full = (have // per_message) * per_message
-        for i in range(0, n_full, per_message):
-            yield joined[i : i + per_message]
-        rest = joined[n_full:]
-        pending, have = ([rest], len(rest)) if len(rest) else ([], 0)
-    if have:
-        yield np.concatenate(pending) if len(pending) > 1 else pending[0]
 
 
 def produce_blocks(
@@ -109,16 +124,18 @@ def produce_blocks(
     _stage_timer: _StageTimer | None = None,
     _packer: BlockPacker | None = None,
 ) -> ProduceReport:
-    """Produce (n, seq_len) uint32 block arrays to `topic` in one transaction, once per ledger key."""
+    """Produce (n, seq_len) uint32 block arrays to `topic` in bounded transactions, once per ledger key."""
     config = config or ProducerConfig()
+    if ledger_key.endswith(PROGRESS_SUFFIX):
+        raise ValueError(f"ledger key {ledger_key!r} must not end with {PROGRESS_SUFFIX!r} (progress records do)")
     txid = transactional_id or transactional_id_for(settings, topic, ledger_key)
     started = time.perf_counter()
+    timeout = config.ledger_read_timeout_s
 
     admin = settings.make_admin()
-    ensure_ledger_topic(admin, topic, timeout_s=config.ledger_read_timeout_s)
-    md = admin.list_topics(topic=topic, timeout=config.ledger_read_timeout_s).topics[topic]
-    partitions = sorted(md.partitions)
-
+    ensure_ledger_topic(admin, topic, timeout_s=timeout)
+    partitions = sorted(admin.list_topics(topic=topic, timeout=timeout).topics[topic].partitions)
+    current_id = topic_id(admin, topic, timeout)
     stats = KafkaStats() if config.statistics_interval_ms else None
     tx_settings = settings.model_copy(
         update={
@@ -129,110 +146,126 @@ def produce_blocks(
             },
         }
     )
-    # init_transactions fences older producers of this key and aborts their open transaction,
+    # init_transactions fences older producers of this key and ends their open transaction,
     # so the ledger read below sees the final committed state.
     producer = tx_settings.make_transactional_producer(txid, stats=stats)
 
     fingerprint = (content_hash, tokenizer.hash, seq_len)
-    existing = read_ledger(settings, topic, timeout_s=config.ledger_read_timeout_s).get(ledger_key)
+    where = f"ledger {ledger_topic(topic)} key {ledger_key!r}"
+    records = read_ledger_records(settings, topic, timeout_s=timeout)
+    existing = records.completed.get(ledger_key)
     if existing is not None:
-        if existing.fingerprint() == fingerprint:
-            existing.reused = True
-            existing.seconds = time.perf_counter() - started
-            log.info("ledger %s already holds %s: producing nothing", ledger_topic(topic), ledger_key)
-            return existing
-        raise LedgerConflictError(
-            f"ledger {ledger_topic(topic)} key {ledger_key!r} records content {existing.content_hash} "
-            f"(tokenizer {existing.tokenizer_hash[:12]}, seq_len {existing.seq_len}) at offsets {existing.offsets}; "
-            f"refusing to add content {content_hash} (tokenizer {tokenizer.hash[:12]}, seq_len {seq_len}) "
-            f"under the same key"
-        )
+        _check_record(existing, fingerprint, current_id, where, "records")
+        wait_until_visible(admin, _last_offsets(topic, existing.offsets), config.visibility_timeout_s)
+        existing.reused = True
+        existing.seconds = time.perf_counter() - started
+        log.info("%s already holds this batch: producing nothing", where)
+        return existing
+    progress = records.progress.get(ledger_key)
+    hasher = StreamHasher()
+    stream: Iterable[np.ndarray] = blocks_iter
+    if progress is not None:
+        _check_record(progress, fingerprint, current_id, where, "has a partly produced batch of")
+        log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
+                 progress.blocks, progress.transactions)  # fmt: skip
+        stream = skip_blocks(blocks_iter, progress.blocks, expected_hash=progress.stream_hash, hasher=hasher,
+                             where=where)  # fmt: skip
 
     per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
-    start = xxhash.xxh64_intdigest(ledger_key.encode()) % len(partitions)
-    tracker = DeliveryTracker()
-    messages = blocks = nbytes = 0
-    producer.begin_transaction()
-    produce_started = time.perf_counter()
-    setup_s = produce_started - started  # ledger topic check, init_transactions (fencing), ledger read
-    try:
-        for chunk in _rechunk(blocks_iter, per_message):
-            if chunk.shape[1] != seq_len:
-                raise ValueError(f"block of length {chunk.shape[1]} given, expected seq_len {seq_len}")
-            value, headers = encode_message(
-                chunk, tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source
-            )
-            partition = partitions[(start + messages) % len(partitions)]
-            _produce(producer, topic, value, headers, partition, tracker)
-            messages += 1
-            blocks += len(chunk)
-            nbytes += len(value)
-            tracker.raise_for_failures()
-        flush_or_raise(producer, tracker, config.flush_timeout_s)
-        offsets = tracker.partition_ranges(topic)
-        seconds = time.perf_counter() - started
-        stage = {"setup": setup_s, **(_stage_timer.seconds if _stage_timer else {})}
-        if _stage_timer:
-            stage["produce"] = max(0.0, time.perf_counter() - produce_started - sum(_stage_timer.seconds.values()))
-        report = ProduceReport(
-            topic=topic,
-            ledger_key=ledger_key,
-            content_hash=content_hash,
-            tokenizer_name=tokenizer.name,
-            tokenizer_hash=tokenizer.hash,
-            seq_len=seq_len,
-            offsets=offsets,
-            messages=messages,
-            blocks=blocks,
-            tokens=blocks * seq_len,
-            bytes=nbytes,
-            seconds=seconds,
-            mb_per_s=nbytes / seconds / 1e6 if seconds > 0 else 0.0,
+    per_chunk = max(1, config.transaction_max_bytes // (per_message * seq_len * TOKEN_BYTES))
+    txs = BatchTransactions(
+        producer, txid=txid, topic=topic, ledger_key=ledger_key, partitions=partitions,
+        start=xxhash.xxh64_intdigest(ledger_key.encode()) % len(partitions),
+        totals=BatchTotals.from_progress(progress), flush_timeout_s=config.flush_timeout_s,
+    )  # fmt: skip
+    encoder = MessageEncoder(tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source,
+                             seq_len=seq_len, hasher=hasher)  # fmt: skip
+
+    def completion(t: BatchTotals, stream_hash: str) -> ProduceReport:
+        return ProduceReport(
+            topic=topic, ledger_key=ledger_key, content_hash=content_hash, tokenizer_name=tokenizer.name,
+            tokenizer_hash=tokenizer.hash, seq_len=seq_len, offsets=t.offsets, messages=t.messages, blocks=t.blocks,
+            tokens=t.blocks * seq_len - t.pad_tokens, bytes=t.bytes, seconds=time.perf_counter() - started,
+            mb_per_s=0.0, transactional_id=txid, source=source, packing=_packer.stats() if _packer else {},
+            topic_id=current_id, pad_tokens=t.pad_tokens,
+            tail_tokens=_packer.tail_tokens if _packer else t.padded_blocks * seq_len - t.pad_tokens,
+            dropped_tokens=_packer.dropped_tokens if _packer else 0,
+            transactions=t.transactions, resumed_blocks=t.resumed_blocks, stream_hash=stream_hash,
+        )  # fmt: skip
+
+    def progress_record(t: BatchTotals, stream_hash: str) -> ProgressRecord:
+        return ProgressRecord(
+            ledger_key=ledger_key, content_hash=content_hash, tokenizer_hash=tokenizer.hash, seq_len=seq_len,
+            topic_id=current_id, transactions=t.transactions, messages=t.messages, blocks=t.blocks, bytes=t.bytes,
+            pad_tokens=t.pad_tokens, padded_blocks=t.padded_blocks, offsets=t.offsets, stream_hash=stream_hash,
             transactional_id=txid,
-            source=source,
-            stage_seconds=stage,
-            packing=_packer.stats() if _packer else {},
-        )
-        producer.produce(
-            ledger_topic(topic), key=ledger_key.encode(), value=report.to_ledger_json(), on_delivery=tracker.on_delivery
-        )
-        flush_or_raise(producer, tracker, config.flush_timeout_s)
-        producer.commit_transaction(config.flush_timeout_s)
-    except BaseException:
-        _abort_quietly(producer, txid)
-        raise
-    producer.poll(0)  # serve the last stats callback
+        )  # fmt: skip
+
+    setup_s = time.perf_counter() - started
+    loop_started = time.perf_counter()
+    tx_s = 0.0
+    done = False
+    for chunk in stage_chunks(rechunk(stream, per_message), per_chunk, encoder):  # reads and tokenizes
+        t0 = time.perf_counter()
+        txs.write_chunk(chunk, partial(completion if chunk.last else progress_record, stream_hash=chunk.stream_hash))
+        tx_s += time.perf_counter() - t0
+        done = chunk.last
+        log.info("%s: transaction %d committed, %d blocks so far", where, txs.totals.transactions, txs.totals.blocks)
+    if not done:  # the input is empty, or an earlier attempt committed all of it
+        t0 = time.perf_counter()
+        final = replace(txs.totals, transactions=txs.totals.transactions + 1)
+        txs.write_completion(completion(final, hasher.hexdigest()))
+        txs.totals = final
+        tx_s += time.perf_counter() - t0
+    loop_s = time.perf_counter() - loop_started
+    report = completion(txs.totals, hasher.hexdigest())
+
+    ledger = ledger_topic(topic)
+    written = {**_last_offsets(topic, report.offsets), **_last_offsets(ledger, txs.tracker.partition_ranges(ledger))}
+    visible_s = wait_until_visible(admin, written, config.visibility_timeout_s)
+    _serve_stats(producer, stats, config.statistics_interval_ms)
+    stage = {"setup": setup_s, **(_stage_timer.seconds if _stage_timer else {})}
+    stage["encode"] = max(0.0, loop_s - tx_s - sum(_stage_timer.seconds.values() if _stage_timer else ()))
+    stage.update(produce=tx_s, visible=visible_s)
+    report.stage_seconds = stage
     report.seconds = time.perf_counter() - started
-    report.mb_per_s = nbytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
+    report.mb_per_s = report.bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
     report.kafka_stats = stats.summary() if stats else {}
     log.info(
-        "produced %d blocks (%d messages, %.1f MB) to %s in %.2fs: %.1f MB/s, offsets %s",
-        blocks,
-        messages,
-        nbytes / 1e6,
-        topic,
-        report.seconds,
-        report.mb_per_s,
-        offsets,
-    )
+        "produced %d blocks (%d messages, %.1f MB, %d transactions, %d blocks resumed) to %s in %.2fs: %.1f MB/s, "
+        "offsets %s",
+        report.blocks, report.messages, report.bytes / 1e6, report.transactions, report.resumed_blocks, topic,
+        report.seconds, report.mb_per_s, report.offsets,
+    )  # fmt: skip
     return report
 
 
-def _produce(producer: Any, topic: str, value: bytes, headers: list, partition: int, tracker: DeliveryTracker) -> None:
-    while True:
-        try:
-            producer.produce(topic, value=value, headers=headers, partition=partition, on_delivery=tracker.on_delivery)
-            break
-        except BufferError:  # local queue full: let librdkafka drain it
-            producer.poll(0.05)
+def _serve_stats(producer: Any, stats: KafkaStats | None, interval_ms: int) -> None:
+    """Serve queued statistics callbacks; a batch faster than one interval still waits for its first sample."""
     producer.poll(0)
+    deadline = time.monotonic() + 1.5 * interval_ms / 1000
+    while stats is not None and stats.samples == 0 and time.monotonic() < deadline:
+        producer.poll(0.05)
 
 
-def _abort_quietly(producer: Any, txid: str) -> None:
-    try:
-        producer.abort_transaction(30)
-    except KafkaException as exc:  # e.g. fenced: the broker aborts it for us
-        log.warning("abort of transaction %s failed: %s", txid, exc)
+def _check_record(record: Any, fingerprint: tuple, current_id: str, where: str, what: str) -> None:
+    if record.fingerprint() != fingerprint:
+        content, tok_hash, seq_len = fingerprint
+        raise LedgerConflictError(
+            f"{where} {what} content {record.content_hash} (tokenizer {record.tokenizer_hash[:12]}, seq_len "
+            f"{record.seq_len}) at offsets {record.offsets}; refusing to add content {content} (tokenizer "
+            f"{tok_hash[:12]}, seq_len {seq_len}) under the same key"
+        )
+    if record.topic_id and record.topic_id != current_id:
+        raise LedgerConflictError(
+            f"{where} {what} blocks in topic id {record.topic_id}, but the topic now has id {current_id}: it was "
+            "deleted and recreated, and those blocks are gone with it. Delete the ledger topic too (or use a new "
+            "ledger key) to produce the batch again"
+        )
+
+
+def _last_offsets(topic: str, ranges: dict[int, tuple[int, int]]) -> dict[tuple[str, int], int]:
+    return {(topic, p): last for p, (_first, last) in ranges.items()}
 
 
 class _StageTimer:
@@ -285,8 +318,9 @@ def tokenize_and_produce(
 
     `tokenizer` is a `TokenizerInfo`. Texts are only read when the ledger does not already hold
     this key; they are read ahead in a background thread (`config.prefetch_batches`).
-    `stage_seconds` has setup / read / tokenize / pack / produce: read is time spent waiting on
-    the reader, produce is the rest of the produce loop (serialising, waiting on Kafka).
+    `stage_seconds` has setup / read / tokenize / pack / encode / produce / visible: read is time spent
+    waiting on the reader, encode serialising and hashing the staged messages, produce the time inside
+    transactions (producing, waiting on Kafka, committing), visible the wait for the commit markers.
     """
     config = config or ProducerConfig()
     packer = BlockPacker(seq_len, tokenizer.eos_id)

@@ -15,18 +15,28 @@ The position is a `Cursor` per partition: the next message offset, and the index
 next block inside that message (the partial-block cursor). With the round-robin pointer,
 the RNG states and the partition whose message is in progress, it fully determines the
 rest of the stream, and resuming is a seek to those offsets.
+
+The state names the topic by name AND id (format version 2): offsets only mean something in one
+incarnation of a topic, and a deleted and recreated topic restarts them at 0, so a saved cursor
+would silently read nothing new (or the wrong data). A state whose topic id differs from the
+topic's raises TopicRecreatedError naming both ids. Version-1 states (no id) still load, with a
+warning that the id could not be checked.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_project.streaming.errors import StateError
+from pipeline_project.streaming.errors import StateError, TopicRecreatedError
 
-STATE_FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+STATE_FORMAT_VERSION = 2
+READABLE_STATE_VERSIONS = (1, 2)  # 1: no topic id
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,7 @@ def _rng_state_from_json(state: Sequence) -> tuple:
 def make_state(
     *,
     topic: str,
+    topic_id: str | None,
     rank: int,
     world_size: int,
     num_workers: int,
@@ -103,6 +114,7 @@ def make_state(
     return {
         "format_version": STATE_FORMAT_VERSION,
         "topic": topic,
+        "topic_id": topic_id,
         "rank": rank,
         "world_size": world_size,
         "num_workers": num_workers,
@@ -113,13 +125,33 @@ def make_state(
     }
 
 
-def parse_cursors(state: Mapping[str, Any], *, topic: str) -> dict[int, Cursor]:
-    """Validate the version and topic of a state and return its per-partition cursors."""
+def parse_cursors(state: Mapping[str, Any], *, topic: str, topic_id: str | None = None) -> dict[int, Cursor]:
+    """Validate the version, topic and topic id of a state and return its per-partition cursors.
+
+    `topic_id` None skips the id check (pure logic without a cluster at hand).
+    """
     version = state.get("format_version")
-    if version != STATE_FORMAT_VERSION:
-        raise StateError(f"loader state format_version {version!r} is not {STATE_FORMAT_VERSION}")
+    if version not in READABLE_STATE_VERSIONS:
+        raise StateError(f"loader state format_version {version!r} is not one of {READABLE_STATE_VERSIONS}")
     if state.get("topic") != topic:
         raise StateError(f"loader state is for topic {state.get('topic')!r}, this loader reads {topic!r}")
+    saved_id = state.get("topic_id")
+    if topic_id is not None:
+        if saved_id is None:
+            log.warning(
+                "loader state (format_version %s) of topic %r carries no topic id: cannot check that the topic was "
+                "not deleted and recreated since it was saved; the cursors are checked against the offsets only",
+                version,
+                topic,
+            )
+        elif saved_id != topic_id:
+            raise TopicRecreatedError(
+                f"loader state is for topic {topic!r} with id {saved_id}, but {topic!r} now has id {topic_id}: the "
+                "topic was deleted and recreated, so the saved offsets point into data that no longer exists. "
+                "Start from a fresh data position (drop the loader state) if training on the new topic is intended",
+                saved_id=saved_id,
+                current_id=topic_id,
+            )
     cursors = {}
     for p, c in state["partitions"].items():
         offset, block = int(c["offset"]), int(c.get("block", 0))
@@ -150,6 +182,9 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     if not states:
         raise StateError("no states to merge")
     topic = states[0]["topic"]
+    ids = {s.get("topic_id") for s in states}
+    if len(ids) > 1:
+        raise StateError(f"rank states of topic {topic!r} carry different topic ids {sorted(map(str, ids))}")
     partitions: dict[str, Any] = {}
     for s in states:
         parse_cursors(s, topic=topic)
@@ -160,6 +195,7 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "format_version": STATE_FORMAT_VERSION,
         "topic": topic,
+        "topic_id": ids.pop(),  # None when merged from version-1 states
         "rank": None,
         "world_size": None,
         "num_workers": None,
@@ -168,3 +204,16 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "current": None,
         "interleave": None,
     }
+
+
+def gather_state(loader: Any, group: Any = None) -> list[dict[str, Any]]:
+    """Every rank's `loader.state_dict()`, on every rank (collective: all ranks must call it).
+
+    Save the list in the checkpoint; `load_state_dict(list)` picks this rank's entry, or
+    merges them when the world size changed.
+    """
+    import torch.distributed as dist
+
+    states: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(states, loader.state_dict(), group=group)
+    return states

@@ -3,18 +3,31 @@
 `ensure_topic` returns once every partition has a leader and, for a topic it created, every
 leader serves it, so clients may read and write right away. Failures raise `TopicError`; an
 existing topic with another layout raises `TopicLayoutMismatchError` naming every difference.
+
+Retention is explicit: topics are created with `retention.ms` and `retention.bytes` of -1 (keep
+forever) unless told otherwise, because the broker default (7 days) deletes blocks that saved
+loader positions still point to. On an existing topic, a retention SHORTER than asked for (finite
+where infinite was asked, or a smaller limit) is a mismatch like any other: it is the setting that
+loses data, and it is a one-line fix (`kafka-configs --alter --add-config retention.ms=-1`) that
+does not touch the data. A LONGER retention keeps more data than asked and is only logged.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
-from pipeline_project.streaming.errors import TopicError, TopicLayoutMismatchError, kafka_error_text
+from pipeline_project.streaming.errors import TopicError, TopicLayoutMismatchError, TopicMissingError, kafka_error_text
+
+log = logging.getLogger(__name__)
+
+INFINITE = -1  # retention.ms / retention.bytes: never delete
+RETENTION_KEYS = ("retention.ms", "retention.bytes")
 
 
 @dataclass(frozen=True)
@@ -36,13 +49,20 @@ def ensure_topic(
     min_insync_replicas: int = 2,
     config: dict[str, Any] | None = None,
     timeout_s: float = 30.0,
+    *,
+    retention_ms: int | None = INFINITE,
+    retention_bytes: int | None = INFINITE,
 ) -> TopicLayout:
     """Create `name` with this layout, or verify that the existing topic has it.
 
     A mismatch in partitions, replication factor, min.insync.replicas or any given config value
-    raises TopicLayoutMismatchError listing expected vs actual.
+    raises TopicLayoutMismatchError listing expected vs actual; for retention, only a shorter one
+    does (see the module docstring). `retention_ms` / `retention_bytes` None leave retention to the
+    broker and unchecked (compacted topics); values in `config` win over them.
     """
-    wanted = {"min.insync.replicas": str(min_insync_replicas), **{k: str(v) for k, v in (config or {}).items()}}
+    retention = {k: v for k, v in zip(RETENTION_KEYS, (retention_ms, retention_bytes)) if v is not None}
+    given = {**retention, **(config or {})}
+    wanted = {"min.insync.replicas": str(min_insync_replicas), **{k: str(v) for k, v in given.items()}}
     created = False
     new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=wanted)
     future = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)[name]
@@ -65,11 +85,39 @@ def ensure_topic(
     if actual_rf != replication_factor:
         diffs.append(f"replication_factor expected {replication_factor}, actual {actual_rf}")
     for key, value in wanted.items():
-        if actual_cfg.get(key) != value:
-            diffs.append(f"{key} expected {value}, actual {actual_cfg.get(key)}")
+        actual = actual_cfg.get(key)
+        if actual == value:
+            continue
+        if key in RETENTION_KEYS and actual is not None and not _shorter(int(actual), int(value)):
+            log.warning("topic %r keeps data longer than asked: %s is %s, asked %s", name, key, actual, value)
+            continue
+        diffs.append(f"{key} expected {value}, actual {actual}")
     if diffs:
-        raise TopicLayoutMismatchError(f"topic {name!r} exists with a different layout: " + "; ".join(diffs))
+        fix = ""
+        if any(d.startswith(RETENTION_KEYS) for d in diffs):
+            alter = ",".join(f"{k}={wanted[k]}" for k in RETENTION_KEYS if k in wanted)
+            fix = (
+                f" (a shorter retention deletes blocks before every trainer has read them; fix it in place with "
+                f"kafka-configs --alter --entity-type topics --entity-name {name} --add-config {alter})"
+            )
+        raise TopicLayoutMismatchError(f"topic {name!r} exists with a different layout: " + "; ".join(diffs) + fix)
     return TopicLayout(name, actual_partitions, actual_rf, {k: actual_cfg[k] for k in wanted}, created)
+
+
+def _shorter(actual: int, wanted: int) -> bool:
+    """Does retention `actual` delete data sooner than `wanted` (-1 meaning never)?"""
+    if actual < 0:
+        return False
+    return wanted < 0 or actual < wanted
+
+
+def topic_id(admin: AdminClient, name: str, timeout_s: float = 30.0) -> str:
+    """The topic's id (a base64 UUID): a deleted and recreated topic of the same name has another one."""
+    future = admin.describe_topics(TopicCollection([name]), request_timeout=timeout_s)[name]
+    try:
+        return str(future.result(timeout=timeout_s).topic_id)
+    except KafkaException as exc:
+        raise TopicMissingError(f"describing topic {name!r} failed: {kafka_error_text(exc)}") from None
 
 
 def _wait_for_leaders(admin: AdminClient, name: str, timeout_s: float) -> tuple[int, int]:

@@ -2,7 +2,7 @@
 
 `verify_produced` reads the report's offset ranges with read_committed, so blocks of an aborted or
 still-open transaction do not count. It checks that every claimed range is readable up to its last
-offset and that the messages and blocks of the report's source add up to the report's counts;
+offset and that the messages, blocks and pad tokens of the report's source add up to the report's counts;
 any difference raises ProducedDataMismatchError, a message off the wire format MalformedMessageError.
 """
 
@@ -30,7 +30,7 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
     topic = report.topic
     consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
     per_partition: dict[int, int] = {}
-    messages = blocks = 0
+    messages = blocks = pad = 0
     try:
         consumer.assign([TopicPartition(topic, p, first) for p, (first, _) in report.offsets.items()])
         pending = dict(report.offsets)
@@ -68,11 +68,12 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
                 per_partition[p] = per_partition.get(p, 0) + 1
                 messages += 1
                 blocks += len(arr)
+                pad += header.pad_tokens
     finally:
         consumer.close()
-    if (messages, blocks) != (report.messages, report.blocks):
+    if (messages, blocks, pad) != (report.messages, report.blocks, report.pad_tokens):
         raise ProducedDataMismatchError(
-            f"{topic}: read {messages} messages / {blocks} blocks in the claimed ranges, "
-            f"the report claims {report.messages} / {report.blocks}"
+            f"{topic}: read {messages} messages / {blocks} blocks / {pad} pad tokens in the claimed ranges, "
+            f"the report claims {report.messages} / {report.blocks} / {report.pad_tokens}"
         )
-    return {"messages": messages, "blocks": blocks, "messages_per_partition": per_partition}
+    return {"messages": messages, "blocks": blocks, "pad_tokens": pad, "messages_per_partition": per_partition}

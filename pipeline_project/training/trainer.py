@@ -33,6 +33,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "build_optimizer",
+    "inputs_and_labels",
     "lr_at",
     "resolve_device",
     "seed_everything",
@@ -123,6 +124,24 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=on_cuda or None)
 
 
+IGNORE_INDEX = -100  # labels the loss skips (transformers' CrossEntropy ignore_index)
+
+
+def inputs_and_labels(batch: torch.Tensor, pad_input_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Model inputs and labels of a [B, L] token batch whose padding is negative (the loader maps PAD to -1).
+
+    Padding is only ever a block's tail, so under the causal mask it never influences a real token; its inputs
+    become `pad_input_id` (any valid id) and its labels IGNORE_INDEX, so padding never counts in the loss.
+    """
+    pad = batch < 0
+    return batch.masked_fill(pad, pad_input_id), batch.masked_fill(pad, IGNORE_INDEX)
+
+
+def _pad_input_id(model: nn.Module) -> int:
+    eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+    return eos if isinstance(eos, int) and eos >= 0 else 0
+
+
 def _autocast(device: torch.device):
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -159,6 +178,7 @@ def train(
     )
     balancer = ExpertBalancer(model, cfg.bias_update_speed)
     snapshot = data_state_fn or (lambda: None)
+    pad_input_id = _pad_input_id(model)
     iterator: Iterator[torch.Tensor] = iter(batches)
 
     result = TrainResult(start_step=start_step, end_step=start_step, tokens=0, final_loss=None)
@@ -179,9 +199,9 @@ def train(
             lr = lr_at(step, cfg)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            input_ids = batch.to(device, non_blocking=True)
+            input_ids, labels = inputs_and_labels(batch.to(device, non_blocking=True), pad_input_id)
             with _autocast(device):
-                loss = net(input_ids=input_ids, labels=input_ids, use_cache=False).loss
+                loss = net(input_ids=input_ids, labels=labels, use_cache=False).loss
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
@@ -192,7 +212,8 @@ def train(
             loss_value = all_reduce_scalar(loss.item(), "sum", device) / (
                 torch.distributed.get_world_size() if distributed else 1
             )
-            step_tokens = int(all_reduce_scalar(float(input_ids.numel()), "sum", device))
+            real_tokens = labels.numel() - int((labels == IGNORE_INDEX).sum())  # padding does not count
+            step_tokens = int(all_reduce_scalar(float(real_tokens), "sum", device))
             step_time = time.perf_counter() - t0
             result.tokens += step_tokens
             result.losses.append(loss_value)

@@ -42,3 +42,33 @@ def consume_all(settings: KafkaSettings, topic: str, *, isolation: str = "read_c
         return out
     finally:
         consumer.close()
+
+
+def recreate_topic(settings: KafkaSettings, topic: str, timeout_s: float = 60.0, **layout) -> None:
+    """Delete `topic` and create it again under the same name (a new topic id), with `ensure_topic`'s layout."""
+    from pipeline_project.streaming.errors import TopicError
+    from pipeline_project.streaming.topics import ensure_topic
+
+    admin = settings.make_admin()
+    admin.delete_topics([topic], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{topic} still listed {timeout_s}s after its deletion"
+        time.sleep(0.2)
+    while True:
+        try:
+            ensure_topic(admin, topic, **layout)
+            return
+        except TopicError:  # the brokers may still be removing the old incarnation's partitions
+            assert time.monotonic() < deadline, f"{topic} could not be created again within {timeout_s}s"
+            time.sleep(0.5)
+
+
+def last_stable_offsets(settings: KafkaSettings, topic: str, partitions) -> dict[int, int]:
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = settings.make_admin()
+    req = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
+    return {tp.partition: f.result(timeout=10).offset for tp, f in futures.items()}

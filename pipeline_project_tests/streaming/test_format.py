@@ -5,7 +5,10 @@ from hypothesis import strategies as st
 
 from pipeline_project.streaming.format import (
     FORMAT_VERSION,
+    PAD_TOKEN,
+    PLAIN_FORMAT_VERSION,
     MalformedMessageError,
+    decode_blocks,
     decode_message,
     encode_message,
     max_blocks_per_message,
@@ -45,12 +48,12 @@ def test_round_trip_preserves_every_token(n, seq_len, seed):
 
 
 def test_value_is_little_endian_uint32_and_headers_carry_metadata():
-    blocks = np.array([[1, 256, 65536, 2**32 - 1]], dtype=np.uint32)
+    blocks = np.array([[1, 256, 65536, 2**32 - 2]], dtype=np.uint32)
     value, headers = _encode(blocks)
-    assert value == b"\x01\x00\x00\x00" + b"\x00\x01\x00\x00" + b"\x00\x00\x01\x00" + b"\xff\xff\xff\xff"
+    assert value == b"\x01\x00\x00\x00" + b"\x00\x01\x00\x00" + b"\x00\x00\x01\x00" + b"\xfe\xff\xff\xff"
     h = dict(headers)
     assert h == {
-        "fmt": str(FORMAT_VERSION).encode(),
+        "fmt": str(PLAIN_FORMAT_VERSION).encode(),  # no padding: byte for byte the version-1 format
         "tok": b"deepseek-v3",
         "tok_hash": b"abc123",
         "seq_len": b"4",
@@ -97,10 +100,35 @@ def test_wrong_seq_len_raises():
 
 def test_unknown_format_version_raises():
     value, headers = _encode(np.zeros((1, 4), dtype=np.uint32))
-    headers = [(k, b"2" if k == "fmt" else v) for k, v in headers]
+    headers = [(k, b"3" if k == "fmt" else v) for k, v in headers]
     with pytest.raises(MalformedMessageError) as ei:
         decode_message(value, headers, **WHERE)
-    _assert_names_location(ei.value, "unknown format version 2")
+    _assert_names_location(ei.value, "unknown format version 3")
+
+
+def test_padded_message_is_version_2_with_its_pad_count():
+    blocks = np.array([[5, 6, 7, 8], [9, PAD_TOKEN, PAD_TOKEN, PAD_TOKEN]], dtype=np.uint32)
+    value, headers = _encode(blocks)
+    h = dict(headers)
+    assert (h["fmt"], h["pad"]) == (str(FORMAT_VERSION).encode(), b"3")
+    header, out = decode_blocks(value, headers, expected_seq_len=4, **WHERE)
+    assert header.pad_tokens == 3 and header.format_version == FORMAT_VERSION
+    np.testing.assert_array_equal(out, blocks)
+    # an explicit count wins over counting; a count that cannot fit is refused
+    assert dict(_encode(blocks, pad_tokens=3)[1])["pad"] == b"3"
+    with pytest.raises(ValueError, match="pad tokens"):
+        _encode(blocks, pad_tokens=8)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "pad", "problem"), [(b"1", b"2", "cannot hold padding"), (b"2", b"99", "outside"), (b"2", b"x", "unparse")]
+)
+def test_inconsistent_pad_header_raises(fmt, pad, problem):
+    value, headers = _encode(np.zeros((1, 4), dtype=np.uint32))
+    headers = [(k, fmt if k == "fmt" else v) for k, v in headers] + [("pad", pad)]
+    with pytest.raises(MalformedMessageError) as ei:
+        decode_message(value, headers, **WHERE)
+    _assert_names_location(ei.value, problem)
 
 
 @pytest.mark.parametrize("drop", ["fmt", "tok", "tok_hash", "seq_len", "blocks", "src"])

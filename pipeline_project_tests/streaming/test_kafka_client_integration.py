@@ -24,7 +24,12 @@ def test_ensure_topic_creates_rf3_minisr2_and_verifies(stack):
     layout = ensure_topic(admin, name, config={"compression.type": "lz4"})
     assert layout.created
     assert (layout.partitions, layout.replication_factor) == (8, 3)
-    assert layout.config == {"min.insync.replicas": "2", "compression.type": "lz4"}
+    assert layout.config == {
+        "min.insync.replicas": "2",
+        "compression.type": "lz4",
+        "retention.ms": "-1",  # explicit: the broker's default would delete blocks after 7 days
+        "retention.bytes": "-1",
+    }
     md = admin.list_topics(topic=name, timeout=10).topics[name]
     assert len(md.partitions) == 8
     assert all(len(p.replicas) == 3 for p in md.partitions.values())

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline_project.streaming.errors import DeadLetterLimitError
 from pipeline_project.streaming.format import FORMAT_VERSION, MalformedMessageError, encode_message
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
@@ -186,31 +187,82 @@ def test_streaming_picks_up_blocks_produced_after_start(kafka):
     assert len(got) == len(set(got))
 
 
-@pytest.mark.parametrize("problem", ["length", "tokenizer_hash", "format_version"])
-def test_malformed_message_raises_naming_topic_partition_offset(kafka, problem):
-    data = make_topic(kafka, 1)
-    produce(kafka, data, 2)
+def _bad_message(problem: str) -> tuple[bytes, list, str]:
     good = (np.arange(2 * SEQ_LEN, dtype=np.uint32)).reshape(2, SEQ_LEN)
     value, headers = encode_message(good, tokenizer_name="test", tokenizer_hash=TOKENIZER_HASH, source="t")
     if problem == "length":
-        value = value[:-4]
-        match = "bytes, expected"
-    elif problem == "tokenizer_hash":
+        return value[:-4], headers, "bytes, expected"
+    if problem == "tokenizer_hash":
         value, headers = encode_message(good, tokenizer_name="test", tokenizer_hash="other", source="t")
-        match = "tokenizer hash other"
-    else:
-        headers = [(k, str(FORMAT_VERSION + 98).encode() if k == "fmt" else v) for k, v in headers]
-        match = f"unknown format version {FORMAT_VERSION + 98}"
+        return value, headers, "tokenizer hash other"
+    headers = [(k, str(FORMAT_VERSION + 98).encode() if k == "fmt" else v) for k, v in headers]
+    return value, headers, f"unknown format version {FORMAT_VERSION + 98}"
+
+
+@pytest.mark.parametrize("problem", ["length", "tokenizer_hash", "format_version"])
+def test_malformed_message_is_skipped_into_a_dead_letter_and_training_goes_on(kafka, problem):
+    data = make_topic(kafka, 1)
+    before = produce(kafka, data, 2)
+    value, headers, reason = _bad_message(problem)
     bad_offset = produce_raw(kafka, data.topic, 0, value, headers)
+    after = produce(kafka, data, 2)
     loader = KafkaBlockLoader(_cfg(kafka, data, batch_size=1))
-    delivered = 0
-    with pytest.raises(MalformedMessageError, match=match) as info:
-        for _ in loader:
-            delivered += 1
+    states = []
+    for _ in loader:
+        states.append(loader.state_dict())
+    metrics = loader.metrics()
     loader.close()
+    assert loader.trace == before + after  # every good block, before and after it, in order
+    assert metrics["dead_letters"] == 1
+    (letter,) = loader.dead_letters
+    assert (letter.topic, letter.partition, letter.offset) == (data.topic, 0, bad_offset)
+    assert reason in letter.reason
+    assert set(letter.as_dict()) == {"topic", "partition", "offset", "reason"}
+    # the position moved past it: resuming from the state after the first block behind it does not meet it again
+    resume_at = next(st for st, key in zip(states, loader.trace) if key[1] > bad_offset)
+    again = KafkaBlockLoader(_cfg(kafka, data, batch_size=1))
+    again.load_state_dict(resume_at)
+    rest = [key for _ in again for key in again.trace[-1:]]
+    assert again.metrics()["dead_letters"] == 0 and rest == after[1:]
+    again.close()
+
+
+def test_too_many_dead_letters_stop_the_loader(kafka):
+    data = make_topic(kafka, 1)
+    produce(kafka, data, 1)
+    value, headers, _ = _bad_message("tokenizer_hash")
+    bad_offset = produce_raw(kafka, data.topic, 0, value, headers)
+    loader = KafkaBlockLoader(_cfg(kafka, data, batch_size=1, max_dead_letters=0))
+    with pytest.raises(DeadLetterLimitError, match="max_dead_letters") as info:
+        for _ in loader:
+            pass
+    loader.close()
+    cause = info.value.__cause__
+    assert isinstance(cause, MalformedMessageError) and (cause.partition, cause.offset) == (0, bad_offset)
     assert f"{data.topic}[0]@{bad_offset}" in str(info.value)
-    assert (info.value.topic, info.value.partition, info.value.offset) == (data.topic, 0, bad_offset)
-    assert delivered == len(data.blocks)  # everything before it was delivered, nothing skipped
+
+
+def test_dead_letters_are_produced_to_the_dead_letter_topic(kafka):
+    from pipeline_project.streaming.loader import dead_letter_topic_for
+
+    from .kafka_helpers import consume_all
+
+    data = make_topic(kafka, 1)
+    produce(kafka, data, 1)
+    value, headers, reason = _bad_message("length")
+    bad_offset = produce_raw(kafka, data.topic, 0, value, headers)
+    dlq = dead_letter_topic_for(data.topic)
+    with KafkaBlockLoader(_cfg(kafka, data, batch_size=1, dead_letter_topic=dlq)) as loader:
+        assert len(list(loader)) == len(data.blocks)
+    (msg,) = consume_all(kafka, dlq)
+    h = dict(msg.headers())
+    assert msg.key() == f"{data.topic}/0/{bad_offset}".encode() and msg.value() == value
+    assert (h["dlq.topic"], h["dlq.partition"], h["dlq.offset"]) == (
+        data.topic.encode(),
+        b"0",
+        str(bad_offset).encode(),
+    )
+    assert reason in h["dlq.reason"].decode()
 
 
 def test_state_of_another_topic_is_rejected(kafka, topic4):

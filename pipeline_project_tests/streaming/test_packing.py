@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline_project.streaming.format import PAD_TOKEN
 from pipeline_project.streaming.packing import BlockPacker
 
 EOS = 1
@@ -44,21 +45,28 @@ def test_empty_documents_do_not_double_eos():
     assert p.docs == 1
 
 
-def test_flush_drops_tail_and_counts_it():
+def test_flush_without_pad_drops_tail_and_counts_it():
     p = BlockPacker(seq_len=4, eos_id=EOS)
     p.add(_docs([5, 6, 7, 8, 9]))  # 5 6 7 8 | 9 E
-    assert p.flush().shape == (0, 4)
-    assert p.dropped_tokens == 2
+    assert p.flush(pad=False).shape == (0, 4)
+    assert p.dropped_tokens == 2 == p.tail_tokens
     assert p.remainder.size == 0
     assert p.stats()["dropped_tail_tokens"] == 2
-    assert p.flush().shape == (0, 4) and p.dropped_tokens == 2  # idempotent
+    assert p.flush(pad=False).shape == (0, 4) and p.dropped_tokens == 2  # idempotent
 
 
-def test_flush_pad_fills_with_eos():
+def test_flush_pads_the_tail_with_the_pad_sentinel_by_default():
     p = BlockPacker(seq_len=4, eos_id=EOS)
     p.add(_docs([5, 6, 7, 8, 9]))
-    np.testing.assert_array_equal(p.flush(pad=True), [[9, EOS, EOS, EOS]])
-    assert (p.padded_tokens, p.dropped_tokens, p.blocks_out) == (2, 0, 2)
+    np.testing.assert_array_equal(p.flush(), [[9, EOS, PAD_TOKEN, PAD_TOKEN]])
+    assert (p.padded_tokens, p.tail_tokens, p.dropped_tokens, p.blocks_out) == (2, 2, 0, 2)
+    assert p.stats()["tail_tokens"] == 2 and p.stats()["padded_tokens"] == 2
+
+
+def test_one_short_document_becomes_one_padded_block():
+    p = BlockPacker(seq_len=8, eos_id=EOS)
+    blocks = list(p.pack_all([_docs([10, 11, 12])]))
+    np.testing.assert_array_equal(np.concatenate(blocks), [[10, 11, 12, EOS, *[PAD_TOKEN] * 4]])
 
 
 def test_large_ids_stay_exact():
@@ -75,7 +83,7 @@ def test_large_ids_stay_exact():
 )
 def test_packing_is_the_eos_joined_stream_cut_into_blocks(seq_len, batches):
     p = BlockPacker(seq_len=seq_len, eos_id=EOS)
-    blocks = list(p.pack_all([[np.array(d, dtype=np.uint32) for d in b] for b in batches]))
+    blocks = list(p.pack_all([[np.array(d, dtype=np.uint32) for d in b] for b in batches], pad=False))
     expected = [t for b in batches for d in b if d for t in (*d, EOS)]
     got = np.concatenate([b.ravel() for b in blocks]) if blocks else np.empty(0, np.uint32)
     n_full = len(expected) // seq_len
@@ -84,6 +92,23 @@ def test_packing_is_the_eos_joined_stream_cut_into_blocks(seq_len, batches):
     assert p.tokens_in == len(expected)
     assert p.dropped_tokens == len(expected) - n_full * seq_len
     assert p.blocks_out == n_full
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seq_len=st.integers(1, 16),
+    batches=st.lists(st.lists(st.lists(st.integers(2, 1000), max_size=20), max_size=6), max_size=6),
+)
+def test_padded_packing_keeps_every_token(seq_len, batches):
+    p = BlockPacker(seq_len=seq_len, eos_id=EOS)
+    blocks = list(p.pack_all([[np.array(d, dtype=np.uint32) for d in b] for b in batches]))
+    expected = [t for b in batches for d in b if d for t in (*d, EOS)]
+    got = np.concatenate([b.ravel() for b in blocks]) if blocks else np.empty(0, np.uint32)
+    real = got[got != PAD_TOKEN]
+    np.testing.assert_array_equal(real, expected)  # nothing lost, in tokens
+    assert np.all(got[len(expected) :] == PAD_TOKEN)  # padding only at the very end
+    assert p.padded_tokens == got.size - len(expected) < seq_len
+    assert p.dropped_tokens == 0 and p.tail_tokens == len(expected) % seq_len
 
 
 def test_rejects_bad_seq_len():

@@ -127,19 +127,20 @@ def test_same_ledger_key_produces_once(topic_and_settings):
     assert len(_decoded(s, topic)[0]) == first.messages
 
 
-def test_failure_mid_stream_leaves_nothing_visible_and_retry_produces_once(topic_and_settings):
+def test_failure_while_reading_opens_no_transaction_and_retry_produces_once(topic_and_settings):
     topic, s = topic_and_settings
     kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-c", ledger_key="batch-3", content_hash="h3", config=SMALL)
 
     def failing():
         yield _blocks(3, 40)
-        time.sleep(1.0)  # past linger.ms: the 8 messages reach the brokers before the failure
+        time.sleep(1.0)  # past linger.ms: had the 8 messages been produced, they would reach the brokers
         raise OSError("S3 read failed")
 
     with pytest.raises(OSError, match="S3 read failed"):
         produce_blocks(s, topic, failing(), **kw)
     assert consume_all(s, topic) == []
-    assert len(consume_all(s, topic, isolation="read_uncommitted")) == 8  # written, then aborted
+    # the chunk is staged before its transaction opens: reading and tokenizing never run inside one
+    assert consume_all(s, topic, isolation="read_uncommitted") == []
     assert "batch-3" not in read_ledger(s, topic)
 
     report = produce_blocks(s, topic, [_blocks(3, 40), _blocks(4, 2)], **kw)
@@ -197,7 +198,7 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
         content_hash="ht",
         config=ProducerConfig(text_batch_docs=64),
     )
-    assert set(report.stage_seconds) == {"setup", "read", "tokenize", "pack", "produce"}
+    assert set(report.stage_seconds) == {"setup", "read", "tokenize", "pack", "encode", "produce", "visible"}
     assert report.stage_seconds["tokenize"] > 0
     assert report.kafka_stats["samples"] >= 1  # librdkafka statistics were collected
     assert report.to_metadata()["blocks"] == report.blocks
@@ -205,7 +206,11 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
     expected = np.concatenate(list(BlockPacker(SEQ, tok.eos_id).pack_all([tok.encode_batch(texts)])))
     assert report.blocks == len(expected) > 10
     assert report.packing["docs"] == len(texts)
-    assert report.packing["dropped_tail_tokens"] < SEQ
+    # the tail is padded, not dropped: every token is in the topic, and `tokens` counts only real ones
+    assert report.dropped_tokens == report.packing["dropped_tail_tokens"] == 0
+    assert 0 < report.tail_tokens < SEQ and report.pad_tokens == SEQ - report.tail_tokens
+    assert report.tokens == report.packing["tokens_in"] == report.blocks * SEQ - report.pad_tokens
+    assert verify_produced(s, report)["pad_tokens"] == report.pad_tokens
 
     msgs = consume_all(s, topic)
     got = {

@@ -121,3 +121,70 @@ def test_prefetch_batches_close_stops_the_reader():
     gen.close()
     assert not any(t.name == "text-prefetch" and t.is_alive() for t in threading.enumerate())
     assert len(pulled) < 100  # bounded read-ahead, then stopped
+
+
+def _encoder(seq_len=3):
+    from pipeline_project.streaming.staging import MessageEncoder, StreamHasher
+
+    return MessageEncoder(tokenizer_name="t", tokenizer_hash="h", source="s", seq_len=seq_len, hasher=StreamHasher())
+
+
+def test_stage_chunks_bounds_chunks_marks_the_last_and_hashes_the_stream_independently_of_cuts():
+    from pipeline_project.streaming.staging import StreamHasher, rechunk, stage_chunks
+
+    enc = _encoder()
+    chunks = list(stage_chunks(rechunk([_arr(0, 7), _arr(7, 4)], per_message=2), 2, enc))
+    assert [len(c.messages) for c in chunks] == [2, 2, 2]  # 11 blocks: messages of 2,2,2,2,2,1
+    assert [c.blocks for c in chunks] == [4, 4, 3]
+    assert [c.last for c in chunks] == [False, False, True]
+    whole = StreamHasher()
+    whole.update(_arr(0, 11))
+    assert chunks[-1].stream_hash == whole.hexdigest()
+    prefix = StreamHasher()
+    prefix.update(_arr(0, 4))
+    assert chunks[0].stream_hash == prefix.hexdigest()  # taken before the look-ahead message is hashed
+    assert list(stage_chunks(iter([]), 2, _encoder())) == []
+
+
+def test_skip_blocks_drops_the_committed_prefix_after_checking_its_hash():
+    from pipeline_project.streaming.errors import LedgerConflictError
+    from pipeline_project.streaming.staging import StreamHasher, skip_blocks
+
+    committed = StreamHasher()
+    committed.update(_arr(0, 5))
+    h = StreamHasher()
+    rest = list(skip_blocks([_arr(0, 3), _arr(3, 4)], 5, expected_hash=committed.hexdigest(), hasher=h, where="k"))
+    np.testing.assert_array_equal(np.concatenate(rest), _arr(5, 2))
+    assert h.hexdigest() == committed.hexdigest()
+    with pytest.raises(LedgerConflictError, match="hash to"):
+        list(skip_blocks([_arr(1, 7)], 5, expected_hash=committed.hexdigest(), hasher=StreamHasher(), where="k"))
+    with pytest.raises(LedgerConflictError, match="yields only 3"):
+        list(skip_blocks([_arr(0, 3)], 5, expected_hash=committed.hexdigest(), hasher=StreamHasher(), where="k"))
+
+
+def test_progress_record_round_trip_and_old_readers_ignore_new_fields():
+    from pipeline_project.streaming.ledger import ProgressRecord
+
+    rec = ProgressRecord(ledger_key="k", content_hash="c", tokenizer_hash="t", seq_len=4, topic_id="id",
+                         transactions=2, messages=6, blocks=20, bytes=320, pad_tokens=0, padded_blocks=0,
+                         offsets={1: (0, 2)}, stream_hash="ab", transactional_id="tx")  # fmt: skip
+    assert ProgressRecord.from_json(rec.to_json()) == rec
+    import json
+
+    newer = json.loads(rec.to_json()) | {"a_field_of_a_newer_writer": 1}
+    assert ProgressRecord.from_json(json.dumps(newer).encode()) == rec
+
+
+def test_producer_defaults_pad_the_tail_and_bound_transactions():
+    cfg = ProducerConfig()
+    assert cfg.pad_tail is True
+    assert cfg.transaction_max_bytes == 64 << 20
+    with pytest.raises(ValueError):
+        produce_with_progress_suffix()
+
+
+def produce_with_progress_suffix():
+    from pipeline_project.streaming.producer import produce_blocks
+
+    produce_blocks(KafkaSettings(bootstrap_servers="a:1"), "t", [], tokenizer=None, seq_len=4, source="s",
+                   ledger_key="k#progress", content_hash="c")  # fmt: skip

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from pipeline_project.streaming.errors import TopicRecreatedError
 from pipeline_project.streaming.state import (
     Cursor,
     Interleaver,
@@ -53,9 +54,10 @@ def test_interleave_state_with_other_workers_is_rejected():
         Interleaver({0: (0, 1)}, seed=0, rank=0).set_state(state)
 
 
-def _state(rank=0, partitions=None):
+def _state(rank=0, partitions=None, topic_id="id-A"):
     return make_state(
         topic="t",
+        topic_id=topic_id,
         rank=rank,
         world_size=2,
         num_workers=1,
@@ -80,9 +82,29 @@ def test_state_for_another_topic_or_version_is_rejected():
         parse_cursors({**_state(), "format_version": 99}, topic="t")
 
 
+def test_state_of_a_recreated_topic_is_rejected_naming_both_ids():
+    state = json.loads(json.dumps(_state()))
+    assert state["format_version"] == 2 and state["topic_id"] == "id-A"
+    assert parse_cursors(state, topic="t", topic_id="id-A") == {0: Cursor(10, 2), 2: Cursor(5)}
+    with pytest.raises(TopicRecreatedError, match=r"id-A.*id-B") as ei:
+        parse_cursors(state, topic="t", topic_id="id-B")
+    assert (ei.value.saved_id, ei.value.current_id) == ("id-A", "id-B")
+    assert isinstance(ei.value, StateError)
+
+
+def test_version_1_state_still_loads_with_a_warning_that_the_id_is_unchecked(caplog):
+    v1 = {k: v for k, v in _state().items() if k != "topic_id"} | {"format_version": 1}
+    with caplog.at_level("WARNING"):
+        assert parse_cursors(v1, topic="t", topic_id="id-B") == {0: Cursor(10, 2), 2: Cursor(5)}
+    assert "carries no topic id" in caplog.text
+
+
 def test_merge_states_unions_rank_cursors():
     merged = merge_states([_state(0, {0: Cursor(10, 2), 2: Cursor(5)}), _state(1, {1: Cursor(3), 3: Cursor(4)})])
     assert parse_cursors(merged, topic="t") == {0: Cursor(10, 2), 1: Cursor(3), 2: Cursor(5), 3: Cursor(4)}
     assert merged["interleave"] is None
+    assert merged["topic_id"] == "id-A"
     with pytest.raises(StateError, match="partition 0 appears in two rank states"):
         merge_states([_state(0, {0: Cursor(1)}), _state(1, {0: Cursor(2)})])
+    with pytest.raises(StateError, match="different topic ids"):
+        merge_states([_state(0, {0: Cursor(1)}), _state(1, {1: Cursor(2)}, topic_id="id-B")])

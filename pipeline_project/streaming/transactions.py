@@ -1,0 +1,162 @@
+"""The bounded transactions of one batch: a staged chunk plus its ledger record, committed or aborted together.
+
+`BatchTransactions` owns the transactional producer of one ledger key and the running totals of
+what the batch's committed transactions hold (over all attempts: it starts from the progress
+record an interrupted attempt left). `write_chunk` produces one staged chunk (`staging.Chunk`)
+round robin over the partitions, continuing the message count so the partitions are those of an
+uninterrupted run, then the ledger record the caller builds from the updated totals (progress, or
+the completion record for the last chunk), and commits. `write_completion` commits the completion
+record alone. Any failure inside a transaction aborts it and re-raises; the committed totals stay
+as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from pipeline_project.streaming.kafka_client import DeliveryTracker, flush_or_raise
+from pipeline_project.streaming.ledger import ProduceReport, ProgressRecord, ledger_topic, merge_ranges, progress_key
+from pipeline_project.streaming.staging import Chunk
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchTotals:
+    """What the batch's committed transactions hold so far (seeded from an earlier attempt's progress record)."""
+
+    transactions: int = 0
+    messages: int = 0
+    blocks: int = 0
+    bytes: int = 0
+    pad_tokens: int = 0
+    padded_blocks: int = 0
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    resumed_blocks: int = 0  # committed by earlier attempts
+    progress_written: bool = False  # a progress record of this batch is in the ledger
+
+    @classmethod
+    def from_progress(cls, p: ProgressRecord | None) -> BatchTotals:
+        if p is None:
+            return cls()
+        return cls(p.transactions, p.messages, p.blocks, p.bytes, p.pad_tokens, p.padded_blocks, dict(p.offsets),
+                   resumed_blocks=p.blocks, progress_written=True)  # fmt: skip
+
+    def plus(self, chunk: Chunk, offsets: dict[int, tuple[int, int]]) -> BatchTotals:
+        return replace(
+            self,
+            transactions=self.transactions + 1,
+            messages=self.messages + len(chunk.messages),
+            blocks=self.blocks + chunk.blocks,
+            bytes=self.bytes + chunk.bytes,
+            pad_tokens=self.pad_tokens + sum(m.pad_tokens for m in chunk.messages),
+            padded_blocks=self.padded_blocks + sum(m.padded_blocks for m in chunk.messages),
+            offsets=merge_ranges(self.offsets, offsets),
+        )
+
+
+class BatchTransactions:
+    def __init__(
+        self,
+        producer: Any,
+        *,
+        txid: str,
+        topic: str,
+        ledger_key: str,
+        partitions: list[int],
+        start: int,
+        totals: BatchTotals,
+        flush_timeout_s: float,
+    ):
+        self.producer = producer
+        self.txid = txid
+        self.topic = topic
+        self.ledger = ledger_topic(topic)
+        self.ledger_key = ledger_key
+        self.partitions = partitions
+        self.start = start
+        self.totals = totals
+        self.flush_timeout_s = flush_timeout_s
+        self.tracker = DeliveryTracker()  # this attempt's deliveries: data and ledger offsets
+
+    def write_chunk(self, chunk: Chunk, record: Callable[[BatchTotals], ProduceReport | ProgressRecord]) -> None:
+        """One transaction: the chunk's messages, then `record(totals after the chunk)` in the ledger; commit."""
+        t = self.totals
+        self.producer.begin_transaction()
+        try:
+            chunk_tracker = DeliveryTracker()
+            for i, m in enumerate(chunk.messages):
+                partition = self.partitions[(self.start + t.messages + i) % len(self.partitions)]
+                self._produce(self.topic, m.value, m.headers, partition, chunk_tracker)
+                chunk_tracker.raise_for_failures()
+            flush_or_raise(self.producer, chunk_tracker, self.flush_timeout_s)
+            after = t.plus(chunk, chunk_tracker.partition_ranges(self.topic))
+            self._produce_record(record(after), chunk_tracker)
+            flush_or_raise(self.producer, chunk_tracker, self.flush_timeout_s)
+            self.producer.commit_transaction(self.flush_timeout_s)
+        except BaseException:
+            self._abort_quietly()
+            raise
+        self.totals = replace(after, progress_written=t.progress_written or not chunk.last)
+        self._merge(chunk_tracker)
+
+    def write_completion(self, report: ProduceReport) -> None:
+        """One transaction holding only the completion record (empty input, or all chunks committed earlier)."""
+        self.producer.begin_transaction()
+        try:
+            tracker = DeliveryTracker()
+            self._produce_record(report, tracker)
+            flush_or_raise(self.producer, tracker, self.flush_timeout_s)
+            self.producer.commit_transaction(self.flush_timeout_s)
+        except BaseException:
+            self._abort_quietly()
+            raise
+        self._merge(tracker)
+
+    def _produce_record(self, record: ProduceReport | ProgressRecord, tracker: DeliveryTracker) -> None:
+        if isinstance(record, ProgressRecord):
+            self._produce(self.ledger, record.to_json(), None, None, tracker, key=progress_key(self.ledger_key))
+            return
+        self._produce(self.ledger, record.to_ledger_json(), None, None, tracker, key=self.ledger_key)
+        if self.totals.progress_written:  # the batch is complete: its progress record goes
+            self._produce(self.ledger, None, None, None, tracker, key=progress_key(self.ledger_key))
+
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        headers: list | None,
+        partition: int | None,
+        tracker: DeliveryTracker,
+        key: str | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"value": value, "on_delivery": tracker.on_delivery}
+        if headers is not None:
+            kwargs["headers"] = headers
+        if partition is not None:
+            kwargs["partition"] = partition
+        if key is not None:
+            kwargs["key"] = key.encode()
+        while True:
+            try:
+                self.producer.produce(topic, **kwargs)
+                break
+            except BufferError:  # local queue full: let librdkafka drain it
+                self.producer.poll(0.05)
+        self.producer.poll(0)
+
+    def _merge(self, tracker: DeliveryTracker) -> None:
+        for (topic, p), (lo, hi) in tracker.offsets.items():
+            old = self.tracker.offsets.get((topic, p), (lo, hi))
+            self.tracker.offsets[(topic, p)] = (min(lo, old[0]), max(hi, old[1]))
+
+    def _abort_quietly(self) -> None:
+        try:
+            self.producer.abort_transaction(30)
+        except KafkaException as exc:  # e.g. fenced: the broker aborts it for us
+            log.warning("abort of transaction %s failed: %s", self.txid, exc)
