@@ -213,7 +213,8 @@ def status(
     """Health and URL of each service; exit code 1 if any is down."""
     try:
         stack = _stack(state_dir)
-        default = SERVICES if any(mp.is_running() for mp in stack.processes(["dagster"])) else DEFAULT_SERVICES
+        # the default services, plus each on-demand one (dagster, prometheus) that has a process running
+        default = [n for n in SERVICES if n in DEFAULT_SERVICES or any(mp.is_running() for mp in stack.processes([n]))]
         statuses = stack.status(parse_services(services, default))
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None

@@ -4,9 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the stack runs: PostgreSQL (the dedup index and Dagster's storage). Installed only when missing.
+# Debian packages the stack runs: PostgreSQL (the dedup index and Dagster's storage), Prometheus. Installed only when
+# missing.
 need_apt=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null || need_apt+=(postgresql)
+# Prometheus and its Pushgateway (`stack up --services prometheus`, pipeline_project_tests/observability)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
+command -v prometheus-pushgateway >/dev/null || need_apt+=(prometheus-pushgateway)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_apt[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

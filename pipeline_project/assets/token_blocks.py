@@ -1,13 +1,15 @@
-"""`token_blocks`: the cleaned batch as DeepSeek token blocks in the Kafka topic, produced in one transaction."""
+"""`token_blocks`: the cleaned batch as DeepSeek token blocks in the Kafka topic, produced once, in bounded transactions."""
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipeline_project.assets.cleaned import cleaned_shards
+from pipeline_project.assets.observability import push_batch_metrics
 from pipeline_project.assets.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
+from pipeline_project.run_tags import config_hash, run_tags
 
 
 def offset_ranges_table(ranges: dict) -> str:
@@ -44,17 +46,18 @@ def token_blocks(
         partitions=layout.topic_partitions,
         replication_factor=layout.replication_factor,
         min_insync_replicas=layout.min_insync_replicas,
+        config=layout.topic_config(),
     )
-    cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
     report = kafka.produce_token_blocks(
         layout.topic,
         iter_shard_texts(client, layout.bucket, manifest),
         seq_len=layout.seq_len,
         source=batch_id,
         ledger_key=batch_id,
-        content_hash=cleaned_meta.get("manifest_sha256") or manifest.config_hash,
+        content_hash=manifest.content_hash(),
         max_message_bytes=layout.message_bytes,
     )
+    push_batch_metrics("pipeline_produce", batch_id, lambda m: m.record_produce(report))
     ranges = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
     stage = {f"seconds_{k}": round(float(v), 4) for k, v in (report.stage_seconds or {}).items()}
     mlflow_url = None
@@ -62,7 +65,21 @@ def token_blocks(
         kafka_metrics = {f"kafka_{k}": v for k, v in (report.kafka_stats or {}).items() if isinstance(v, (int, float))}
         mlflow_url = mlflow.log_ingest_run(
             run_name=f"produce-{batch_id}",
-            tags={"dagster.run_id": context.run.run_id, "batch": batch_id, "topic": layout.topic},
+            tags=run_tags(
+                dagster_run_id=context.run.run_id,
+                partition=batch_id,
+                asset="token_blocks",
+                config_hash=config_hash(
+                    {
+                        "cleaning": manifest.config_hash,
+                        "seq_len": layout.seq_len,
+                        "tokenizer": report.tokenizer_hash,
+                        "message_bytes": layout.message_bytes,
+                    }
+                ),
+                topic=layout.topic,
+                batch=batch_id,  # = partition; kept for searches written before the shared vocabulary
+            ),
             params={
                 "seq_len": layout.seq_len,
                 "partitions": layout.topic_partitions,
@@ -82,7 +99,11 @@ def token_blocks(
         "topic": layout.topic,
         "blocks": report.blocks,
         "messages": report.messages,
-        "tokens": report.tokens,
+        "tokens": report.tokens,  # real tokens: padding is not counted
+        "tail_tokens": report.tail_tokens,
+        "pad_tokens": report.pad_tokens,
+        "dropped_tokens": report.dropped_tokens,
+        "transactions": report.transactions,
         "bytes": report.bytes,
         "offset_ranges": ranges,
         "offset_ranges_table": dg.MetadataValue.md(offset_ranges_table(ranges)),

@@ -62,6 +62,8 @@ class TrainerResource(dg.ConfigurableResource):
     seed: int | None = None
     experiment_name: str | None = None
     launch: TrainerLaunch = TrainerLaunch()
+    metrics_port: int = 0
+    """The trainer ranks' Prometheus /metrics base port (PIPELINE_METRICS_PORT; rank r: base + local rank); 0: off."""
     """How the trainer starts: `subprocess` (default) or `k8s` (a GPU pod); see `resources/launchers.py`."""
 
     def job_config(
@@ -100,6 +102,7 @@ class TrainerResource(dg.ConfigurableResource):
                 "mlflow_tracking_uri": mlflow_tracking_uri,
                 "dagster_run_id": dagster_run_id,
                 "partitions": partitions,
+                "metrics_port": self.metrics_port,
                 **optional,
             }
         )

@@ -64,6 +64,7 @@ class JobConfig(BaseModel):
     partitions: list[str] = Field(default_factory=list, description="data partitions this invocation consumes")
     work_dir: str | None = None  # local scratch for checkpoints; a temp dir by default
     result_path: str | None = None
+    metrics_port: int = Field(default=0, description="Prometheus /metrics base port (rank: base + LOCAL_RANK); 0: off")
 
     @field_validator("kafka", mode="before")
     @classmethod

@@ -24,6 +24,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
+from pipeline_project.run_tags import config_hash, run_tags
+
 if TYPE_CHECKING:
     from pipeline_project.training.job import JobConfig
 
@@ -134,6 +136,10 @@ class MlflowRun:
     def log_dict(self, data: Any, artifact_file: str) -> None:
         self.client.log_dict(self.run_id, data, artifact_file)
 
+    def log_table(self, columns: Mapping[str, list], artifact_file: str) -> None:
+        """A table artifact (column name -> values), shown as a table in the MLflow UI."""
+        self.client.log_table(self.run_id, data=dict(columns), artifact_file=artifact_file)
+
     def log_model(self, model: Any, tokenizer: Any, name: str = "model") -> str:
         """Log the weights + tokenizer (not the optimizer) as this run's MLflow model; returns its model URI.
 
@@ -200,7 +206,15 @@ def start_job_run(
         run_name=job.mlflow_run_name,
         dagster_run_id=job.dagster_run_id,
         partitions=job.partitions,
-        tags={"topic": job.topic, "preset": job.train.preset.name, "resumed_from_step": str(resumed_from_step)},
+        tags=run_tags(
+            dagster_run_id=job.dagster_run_id,
+            partition=",".join(job.partitions)[:MAX_TAG_VAL_LENGTH] or None,
+            asset="deepseek_checkpoint",
+            config_hash=config_hash(job.train.model_dump(mode="json")),
+            topic=job.topic,
+            preset=job.train.preset.name,
+            resumed_from_step=resumed_from_step,
+        ),
         system_metrics_interval_s=job.system_metrics_interval_s,
     )
     params = {
@@ -220,3 +234,25 @@ def start_job_run(
             run.end("FAILED")
         raise
     return run
+
+
+EXPERT_LOAD_TABLE = "expert_load.json"
+
+
+def split_expert_load(metrics: Mapping[str, float], step: int, table: dict[str, list]) -> dict[str, float]:
+    """Step metrics minus the per-expert loads (`expert_load/<router>/e<i>`), which go to `table`'s columns (step,
+    router, expert, load); each router's max violation stays a step metric. Thousands of experts stay one artifact."""
+    summary: dict[str, float] = {}
+    per_router: dict[str, list[float]] = {}
+    for key, value in metrics.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] == "expert_load" and parts[2][:1] == "e" and parts[2][1:].isdigit():
+            for column, cell in zip(("step", "router", "expert", "load"), (step, parts[1], int(parts[2][1:]), value)):
+                table.setdefault(column, []).append(cell)
+            per_router.setdefault(parts[1], []).append(value)
+        else:
+            summary[key] = value
+    for router, loads in per_router.items():
+        mean = sum(loads) / len(loads)
+        summary[f"expert_load/{router}/max_violation"] = max(loads) / mean - 1.0 if mean > 0 else 0.0
+    return summary

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from pipeline_project import metrics as prom
 from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
 from pipeline_project.streaming.tokenizer import TokenizerInfo, load_tokenizer
 from pipeline_project.training import distributed
@@ -48,7 +49,7 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.errors import CheckpointMismatchError
 from pipeline_project.training.job import JobConfig, TrainJobResult
-from pipeline_project.training.mlflow_logging import MlflowRun, start_job_run
+from pipeline_project.training.mlflow_logging import EXPERT_LOAD_TABLE, MlflowRun, split_expert_load, start_job_run
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.reporting import Reporter, pipes_if_present
 from pipeline_project.training.resume import TrainingState, build_training_state, make_resume_state
@@ -58,6 +59,7 @@ from pipeline_project.training.trainer import StepMetrics, TrainResult, resolve_
 def run_job(job: JobConfig) -> TrainJobResult:
     t_start = time.perf_counter()
     dist_info = distributed.init_distributed()
+    prom.serve_metrics(job.metrics_port, dist_info.local_rank)
     device = resolve_device(job.train, dist_info.local_rank)
     with pipes_if_present(dist_info.is_main) as pipes:
         inv = _open_invocation(job, dist_info, device, Reporter(pipes))
@@ -197,18 +199,20 @@ class _Progress:
     state: TrainingState
     metrics: list[StepMetrics] = field(default_factory=list)
     mlflow_run: MlflowRun | None = None
-
+    expert_load: dict[str, list] = field(default_factory=dict)  # per-expert loads: one table artifact at the end
     mlflow_error: str | None = None  # the first MLflow failure; MLflow is skipped after it
 
     def __call__(self, metrics: StepMetrics) -> None:
         job = self.inv.job
         self.metrics.append(metrics)
+        prom.record_train_step(metrics, rank=self.inv.dist.rank)
         if job.mlflow_tracking_uri and self.mlflow_run is None and self.mlflow_error is None:
             self.mlflow_run = self.mlflow("start the run", self._start_run)
             if self.mlflow_run is not None:
                 self.inv.report.info(f"MLflow run {self.mlflow_run.url}")
         if self.mlflow_run is not None:
-            self.mlflow("log metrics", self.mlflow_run.log_metrics, metrics.as_metrics(), step=metrics.step)
+            summary = split_expert_load(metrics.as_metrics(), metrics.step, self.expert_load)
+            self.mlflow("log metrics", self.mlflow_run.log_metrics, summary, step=metrics.step)
         self.inv.report.info(
             f"step {metrics.step} loss {metrics.loss:.4f} lr {metrics.lr:.2e} {metrics.tokens_per_s:,.0f} tok/s "
             f"data-wait {100 * metrics.data_wait_fraction:.1f}% lag {metrics.consumer_lag}"
@@ -242,6 +246,8 @@ class _Progress:
     def log_final(self, metrics: dict[str, float], step: int) -> None:
         if self.mlflow_run is not None and self.inv.dist.is_main:
             self.mlflow("log final metrics", self.mlflow_run.log_metrics, metrics, step=step)
+            if self.expert_load:
+                self.mlflow("log expert load", self.mlflow_run.log_table, self.expert_load, EXPERT_LOAD_TABLE)
 
     def end(self, status: str) -> None:
         if self.mlflow_run is not None:
@@ -267,10 +273,17 @@ def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, pro
         optimizer=state.optimizer,
         start_step=state.step,
         on_step=progress,
-        lag_fn=lambda: loader.metrics()["lag_total"],
+        lag_fn=lambda: _loader_lag(inv, loader),
         data_state_fn=loader.state_dict,
         on_checkpoint=mid_run_checkpoint,
     )
+
+
+def _loader_lag(inv: _Invocation, loader: KafkaBlockLoader) -> int:
+    """This rank's total consumer lag; exports the loader's figures (lag per partition, data wait) on the way."""
+    figures = loader.metrics()
+    prom.record_loader(figures, topic=inv.job.topic, rank=inv.dist.rank)
+    return figures["lag_total"]
 
 
 def _save_checkpoint(

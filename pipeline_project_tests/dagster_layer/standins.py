@@ -153,8 +153,9 @@ class MemoryKafkaResource(KafkaResource):
         report = ProduceReport(
             topic=topic, ledger_key=ledger_key, content_hash=content_hash, tokenizer_name="bytes",
             tokenizer_hash="bytes", seq_len=seq_len, offsets=offsets, messages=len(joined), blocks=len(joined),
-            tokens=int(joined.size), bytes=int(joined.nbytes), seconds=0.0, mb_per_s=0.0,
-            transactional_id=f"memory.{ledger_key}", source=source,
+            tokens=int(joined.size) - packer.padded_tokens, bytes=int(joined.nbytes), seconds=0.0, mb_per_s=0.0,
+            transactional_id=f"memory.{ledger_key}", source=source, pad_tokens=packer.padded_tokens,
+            tail_tokens=packer.tail_tokens, transactions=1,
         )  # fmt: skip
         state["ledger"][(topic, ledger_key)] = report
         return report

@@ -64,7 +64,8 @@ def test_ingest_graph_accounts_for_every_document_and_every_check_passes(instanc
     assert meta["raw_text"]["documents"] + meta["raw_text"]["quarantined"] == c["documents_in"]
     assert sum(c["dropped_by_reason"].values()) == c["dropped"] + c["quarantined"]
     t = meta["token_blocks"]
-    assert t["blocks"] > 0 and t["tokens"] == t["blocks"] * layout.seq_len and t["reused_existing"] is False
+    assert t["blocks"] > 0 and t["reused_existing"] is False
+    assert t["tokens"] + t["pad_tokens"] == t["blocks"] * layout.seq_len and 0 < t["tail_tokens"] < layout.seq_len
     assert res["kafka"].blocks(layout.topic) and all(src == batch for src, _ in res["kafka"].blocks(layout.topic))
     assert checks and all(checks.values()), checks
     assert MLFLOW_RUNS[-1]["tags"]["batch"] == batch

@@ -101,9 +101,13 @@ def test_train_resume_and_nothing_new(stack, tmp_path, deepseek_tokenizer):
     assert len(run.data.params["tokenizer.hash"]) == 64
     losses = client.get_metric_history(run.info.run_id, "loss")
     assert [m.step for m in losses] == list(range(1, first["steps"] + 1))
-    assert {"lr", "tokens_per_s", "data_wait_fraction", "consumer_lag", "expert_load/layer1/e0"} <= set(
+    assert {"lr", "tokens_per_s", "data_wait_fraction", "consumer_lag", "expert_load/layer1/max_violation"} <= set(
         run.data.metrics
     )
+    assert not any(k.startswith("expert_load/layer1/e") for k in run.data.metrics)  # per-expert: the table
+    with open(client.download_artifacts(run.info.run_id, "expert_load.json", str(tmp_path))) as f:
+        table = json.load(f)
+    assert table["columns"] == ["step", "router", "expert", "load"] and table["data"][0][1] == "layer1"
     assert any(k.startswith("system/") for k in run.data.metrics)
     assert [o.model_id for o in run.outputs.model_outputs] == [first["mlflow_model_uri"].removeprefix("models:/")]
 
