@@ -5,6 +5,7 @@ import contextlib
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from pipeline_project.assets.observability import push_batch_metrics
 from pipeline_project.assets.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.ingest import iter_batch_items, read_manifest
@@ -92,6 +93,7 @@ def cleaned_shards(
     publish.delete_superseded(client, layout.bucket, previous, shard_manifest)
 
     context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {workers} filter workers")
+    push_batch_metrics("pipeline_cleaning", batch_id, lambda m: m.record_cleaning(out.counts, out.dropped_by_reason))
     return dg.MaterializeResult(
         metadata={
             "documents_in": out.counts["in"],

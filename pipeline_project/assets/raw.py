@@ -6,8 +6,7 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipeline_project.assets.partitions import NETWORK_RETRY, batches
-from pipeline_project.ingest import iter_batch_items, manifest_key, read_manifest
-from pipeline_project.resources.cleaning import CleaningResource
+from pipeline_project.ingest import manifest_key, read_manifest
 from pipeline_project.resources.layout import PipelineLayout
 
 
@@ -16,39 +15,44 @@ from pipeline_project.resources.layout import PipelineLayout
     group_name="ingest",
     kinds={"s3"},
     retry_policy=NETWORK_RETRY,
-    description="A batch of raw text objects in S3 (.txt, .jsonl, .json.gz, .jsonl.zst, .txt.gz), "
-    "listed with keys, etags and sizes in an immutable manifest.",
+    description="A batch of raw text objects in S3 (.txt, .jsonl, .json, .html/.htm, each plain, .gz or .zst: "
+    "`cleaning.readers.SUPPORTED_SUFFIXES`), listed with keys, etags and sizes in an immutable manifest. "
+    "Every object is accounted for: its documents, or quarantine records with a reason.",
 )
-def raw_text(
-    context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout, cleaning: CleaningResource
-) -> dg.MaterializeResult:
-    from pipeline_project.cleaning import Quarantined
+def raw_text(context: dg.AssetExecutionContext, s3: S3Resource, layout: PipelineLayout) -> dg.MaterializeResult:
+    """The manifest, checked against S3 (HEAD per object), without reading the objects: cleaned_shards streams
+    them once and accounts for every document; an object missing or changed here is quarantined there."""
+    from pipeline_project.cleaning.readers import format_of
 
     client = s3.get_client()
     manifest = read_manifest(client, layout.bucket, context.partition_key)
-    config = cleaning.config()
-    documents, reasons = 0, Counter()
-    for item in iter_batch_items(client, manifest, config):
-        if isinstance(item, Quarantined):
-            reasons[item.reason] += 1
-        else:
-            documents += 1
+    problems = _changed_objects(client, layout.bucket, manifest)
     context.log.info(
-        f"batch {manifest.batch_id}: {len(manifest.objects)} objects, {documents} documents, "
-        f"{sum(reasons.values())} quarantined"
+        f"batch {manifest.batch_id}: {len(manifest.objects)} objects, {manifest.total_bytes} bytes, "
+        f"{len(problems)} missing or changed"
     )
-    suffixes = Counter(o.key.rsplit("/", 1)[-1].split(".", 1)[-1] for o in manifest.objects)
     return dg.MaterializeResult(
         metadata={
             "objects": len(manifest.objects),
             "bytes": manifest.total_bytes,
-            "documents": documents,
-            "quarantined": sum(reasons.values()),
-            "quarantine_reasons": dict(reasons),
-            "formats": dict(suffixes),
+            "formats": dict(Counter(format_of(o.key) for o in manifest.objects)),
+            "missing_or_changed": len(problems),
             "manifest": dg.MetadataValue.path(f"s3://{layout.bucket}/{manifest_key(manifest.batch_id)}"),
         }
     )
+
+
+def _changed_objects(client, bucket: str, manifest) -> list[str]:
+    changed = []
+    for obj in manifest.objects:
+        try:
+            head = client.head_object(Bucket=bucket, Key=obj.key)
+        except client.exceptions.ClientError:
+            changed.append(f"{obj.key}: missing")
+            continue
+        if str(head.get("ETag", "")).strip('"') != obj.etag or int(head["ContentLength"]) != obj.size:
+            changed.append(f"{obj.key}: etag/size differ")
+    return changed
 
 
 @dg.asset_check(
@@ -59,13 +63,5 @@ def raw_objects_unchanged(
 ) -> dg.AssetCheckResult:
     client = s3.get_client()
     manifest = read_manifest(client, layout.bucket, context.partition_key)
-    changed = []
-    for obj in manifest.objects:
-        try:
-            head = client.head_object(Bucket=layout.bucket, Key=obj.key)
-        except client.exceptions.ClientError:
-            changed.append(f"{obj.key}: missing")
-            continue
-        if str(head.get("ETag", "")).strip('"') != obj.etag or int(head["ContentLength"]) != obj.size:
-            changed.append(f"{obj.key}: etag/size differ")
+    changed = _changed_objects(client, layout.bucket, manifest)
     return dg.AssetCheckResult(passed=not changed, metadata={"objects": len(manifest.objects), "changed": changed[:20]})
