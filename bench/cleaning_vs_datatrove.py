@@ -295,12 +295,16 @@ def throughput(docs):
 
     from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, Document
     from pipeline_project.cleaning.config import LanguageConfig, PIIConfig
+    from pipeline_project.cleaning.profile_config import ProfilesConfig
 
     raw = [(d.id, d.text) for d in docs]
     mb = sum(len(t.encode("utf-8")) for _, t in raw) / 1e6
 
     # same steps on both sides: ftfy, Gopher repetition, Gopher quality, C4, FineWeb, MinHash signatures
-    cfg = CleaningConfig(language=LanguageConfig(enabled=False), pii=PIIConfig(enabled=False))
+    # (the en_web chain for every document, as DataTrove's side: profiles off)
+    cfg = CleaningConfig(
+        language=LanguageConfig(enabled=False), pii=PIIConfig(enabled=False), profiles=ProfilesConfig(enabled=False)
+    )
     pipe = CleaningPipeline(cfg)
     t0 = time.process_time()
     result = pipe.run([Document(i, t, "bench", {"lang": "en"}) for i, t in raw], "bench", None)
@@ -357,6 +361,7 @@ def throughput(docs):
 def _scale_child(factor: int, per_file: int):
     from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
     from pipeline_project.cleaning.config import LanguageConfig
+    from pipeline_project.cleaning.profile_config import ProfilesConfig
 
     base = load_docs(per_file)
     docs = []
@@ -370,7 +375,8 @@ def _scale_child(factor: int, per_file: int):
     mb = sum(len(d.text.encode()) for d in docs) / 1e6
     index = DedupIndex()
     t0 = time.process_time()
-    result = CleaningPipeline(CleaningConfig(language=LanguageConfig(enabled=False))).run(docs, "scale", index)
+    cfg = CleaningConfig(language=LanguageConfig(enabled=False), profiles=ProfilesConfig(enabled=False))
+    result = CleaningPipeline(cfg).run(docs, "scale", index)
     cpu = time.process_time() - t0
     print(
         json.dumps(
@@ -409,8 +415,10 @@ def index_cost(docs, batches: int):
         GopherRepetitionConfig,
         LanguageConfig,
     )
+    from pipeline_project.cleaning.profile_config import ProfilesConfig
 
     cfg = CleaningConfig(
+        profiles=ProfilesConfig(enabled=False),
         language=LanguageConfig(enabled=False),
         gopher_quality=GopherQualityConfig(enabled=False),
         gopher_repetition=GopherRepetitionConfig(enabled=False),

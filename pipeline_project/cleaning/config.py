@@ -18,16 +18,26 @@ class _Step(BaseModel):
 
 
 class ReaderConfig(BaseModel):
+    """How raw objects become documents (`readers.py`); the formats are `readers.SUPPORTED_SUFFIXES`."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     text_field: str = "text"
-    # one line (JSONL) or one whole .txt document larger than this goes to quarantine
+    # one JSONL line (= one document) longer than this is quarantined `line_too_long`, and so is a .txt one of
+    # whose lines is; the line is measured in place, never copied
     max_line_bytes: int = 64 * 1024 * 1024
-    # guard against decompression bombs: an archive that inflates past this is quarantined
-    max_decompressed_bytes: int = 4 * 1024 * 1024 * 1024
+    # one .txt / .html document larger than this (after decompression) is quarantined `document_too_large`
+    max_document_bytes: int = 64 * 1024 * 1024
+    # decompression-bomb guard, enforced while inflating: an archive whose output passes this is quarantined
+    # `decompressed_too_large`, and an object (compressed or not) larger than this `object_too_large`.
+    # A batch holds its documents in memory, so this is about one object, not a throughput limit.
+    max_decompressed_bytes: int = 1024 * 1024 * 1024
     # strict UTF-8 first; with at most this fraction of invalid bytes, decode with U+FFFD instead of guessing
     max_invalid_utf8_fraction: float = 0.001
+    # bytes that text does not contain (C0 controls other than NUL \t \n \v \f \r, and DEL): an object with
+    # more than this fraction of them is quarantined `binary_content` (random bytes have ~11 %)
+    max_control_byte_fraction: float = 0.05
+    # .html / .htm objects: extract the main text with trafilatura, or quarantine them `html_extraction_disabled`
     extract_html: bool = False
-    html_extensions: tuple[str, ...] = (".html", ".htm")
 
 
 class EncodingRepairConfig(_Step):
@@ -178,7 +188,10 @@ class DedupConfig(BaseModel):
 class CleaningConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     # 2: MinHash candidates are verified against the kept representative (dedup.minhash.verify), no chains
-    version: str = "2"
+    # 3: readers: document cap (reader.max_document_bytes), 1 GiB decompression cap, binary content, BOM-less
+    #    UTF-16/32, empty objects and HTML without extraction quarantined, lone surrogates replaced
+    # 4: cleaning profiles (profile_config.py): en_web, zh_web (FineWeb-2 cmn_Hani), code (StarCoder2), books
+    version: str = "4"
     reader: ReaderConfig = ReaderConfig()
     encoding: EncodingRepairConfig = EncodingRepairConfig()
     boilerplate: BoilerplateConfig = BoilerplateConfig()
@@ -189,9 +202,16 @@ class CleaningConfig(BaseModel):
     fineweb: FineWebConfig = FineWebConfig()
     dedup: DedupConfig = DedupConfig()
     pii: PIIConfig = PIIConfig()
+    profiles: ProfilesConfig = Field(default_factory=lambda: ProfilesConfig())
 
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     def config_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+
+# the profiles' models build on the step configs above (the package __init__ imports this module first)
+from pipeline_project.cleaning.profile_config import ProfilesConfig  # noqa: E402
+
+CleaningConfig.model_rebuild()

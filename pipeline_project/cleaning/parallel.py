@@ -1,10 +1,11 @@
-"""The per-document filters of the chain, run over a process pool.
+"""The per-document part of every profile's chain, run over a process pool.
 
-Every step before deduplication judges one document at a time (repair, language ID, Gopher, C4, FineWeb),
-and together they take about nine tenths of the cleaning time. `FilterPool` runs them in worker processes
-over slices of a chunk, keeping document order, and returns what the in-process chain would: the kept
-documents, the dropped ones with their reasons, and per-step counts (seconds are summed CPU seconds across
-workers). Deduplication and PII masking stay in the calling process, in order, so decisions are identical.
+Every step before deduplication judges one document at a time (repair, language ID, Gopher, C4, FineWeb, the
+code filters), and together they take about nine tenths of the cleaning time. `FilterPool` routes each
+document to its profile and runs those steps in worker processes over slices of a chunk, and returns what
+the in-process chain would: per profile the kept documents with their batch positions, the dropped ones
+with their reasons, and per-step counts (seconds are summed CPU seconds across workers). Deduplication and
+masking stay in the calling process, in order, so decisions are identical.
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from pipeline_project.cleaning.config import CleaningConfig
+from pipeline_project.cleaning.profile_config import PROFILE_NAMES
+from pipeline_project.cleaning.profiles import Positioned, ProfileRouter, filter_chains, run_filter_stage
 from pipeline_project.cleaning.records import DocState, Document, Dropped
-from pipeline_project.cleaning.steps import RunContext, Step, StepStats
+from pipeline_project.cleaning.steps import Step, StepStats
 
-_steps: list[Step] | None = None
+_router: ProfileRouter | None = None
+_chains: dict[str, list[Step]] | None = None
 
 
 def default_workers() -> int:
@@ -29,55 +33,41 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def filter_steps(config: CleaningConfig) -> list[Step]:
-    """The steps of the chain that come before the first deduplication step."""
-    from pipeline_project.cleaning.pipeline import build_steps
-    from pipeline_project.cleaning.steps import ExactDedup, MinHashDedup
-
-    steps = build_steps(config)
-    first_dedup = next((i for i, s in enumerate(steps) if isinstance(s, ExactDedup | MinHashDedup)), len(steps))
-    return steps[:first_dedup]
+def filter_steps(config: CleaningConfig) -> dict[str, list[Step]]:
+    """Per profile, the steps of its chain that come before the first deduplication step."""
+    return filter_chains(config)
 
 
 def _init(config_json: str) -> None:
-    global _steps
-    _steps = filter_steps(CleaningConfig.model_validate_json(config_json))
+    global _router, _chains
+    config = CleaningConfig.model_validate_json(config_json)
+    _chains = filter_steps(config)
+    _router = ProfileRouter(config, _chains)
     # load the models (language ID, segmenter) now, not inside the first chunk's timing
-    warm = Document(id="warm-up", text="The workers load their models before the first chunk. " * 20, source="")
-    run_filters(_steps, [warm], "warm-up")
+    warm = [
+        Document(id="warm-up", text="The workers load their models before the first chunk. " * 20, source=""),
+        Document(id="warm-up-zh", text="工作进程在处理第一批文档之前先加载它们的模型。" * 20, source=""),
+    ]
+    run_filter_stage(_router, _chains, warm, "warm-up")
 
 
-def run_filters(
-    steps: list[Step], docs: list[Document], batch_id: str
-) -> tuple[list[Document], list[Dropped], list[StepStats]]:
-    ctx = RunContext(batch_id=batch_id)
-    all_dropped: list[Dropped] = []
-    all_stats = []
-    for step in steps:
-        stats = StepStats(step.name, docs_in=len(docs))
-        start = time.process_time()
-        docs, dropped = step.run(docs, ctx, stats)
-        stats.seconds = time.process_time() - start
-        all_dropped.extend(dropped)
-        all_stats.append(stats)
-    return docs, all_dropped, all_stats
-
-
-def _work(args: tuple[list[Document], str]) -> tuple[list[Document], list[Dropped], list[StepStats]]:
-    docs, batch_id = args
-    kept, dropped, stats = run_filters(_steps, docs, batch_id)
-    for doc in kept:
-        doc.state = DocState()  # the words cache is not worth sending back
+def _work(args: tuple[list[Document], str, int]) -> tuple[dict[str, Positioned], list[Dropped], list[StepStats]]:
+    docs, batch_id, offset = args
+    kept, dropped, stats = run_filter_stage(_router, _chains, docs, batch_id, offset, clock=time.process_time)
+    for items in kept.values():
+        for _, doc in items:
+            doc.state = DocState()  # the words cache is not worth sending back
     return kept, dropped, stats
 
 
 def merge_stats(parts: list[list[StepStats]]) -> list[StepStats]:
-    merged: list[StepStats] = []
+    """Sum the workers' stats step by step: profile_select first, then each profile's steps in chain order."""
+    merged: dict[tuple[str, str], StepStats] = {}
     for stats in parts:
-        for i, s in enumerate(stats):
-            if i == len(merged):
-                merged.append(StepStats(s.name))
-            m = merged[i]
+        for s in stats:
+            m = merged.get((s.profile, s.name))
+            if m is None:
+                m = merged[(s.profile, s.name)] = StepStats(s.name, profile=s.profile)
             m.docs_in += s.docs_in
             m.dropped += s.dropped
             m.modified += s.modified
@@ -85,11 +75,12 @@ def merge_stats(parts: list[list[StepStats]]) -> list[StepStats]:
             m.reasons.update(s.reasons)
             for k, v in s.notes.items():
                 m.notes[k] = m.notes.get(k, 0) + v if isinstance(v, int | float) else v
-    return merged
+    rank = {name: i for i, name in enumerate(("", *PROFILE_NAMES))}
+    return sorted(merged.values(), key=lambda s: rank.get(s.profile, len(rank)))  # stable: chain order kept
 
 
 class FilterPool:
-    """`workers` processes, each with its own copy of the filter steps (models load once per worker)."""
+    """`workers` processes, each with its own router and copy of the filter steps (models load once per worker)."""
 
     def __init__(self, config: CleaningConfig, workers: int):
         self.workers = workers
@@ -101,23 +92,25 @@ class FilterPool:
             initargs=(config.model_dump_json(),),
         )
 
-    def run(self, docs: list[Document], batch_id: str) -> tuple[list[Document], list[Dropped], list[StepStats]]:
+    def run(self, docs: list[Document], batch_id: str) -> tuple[dict[str, Positioned], list[Dropped], list[StepStats]]:
         if not docs:
-            return [], [], []
+            return {}, [], []
         n_slices = min(len(docs), self.workers * 4)  # several slices per worker evens out uneven documents
         bounds = [len(docs) * k // n_slices for k in range(n_slices + 1)]
-        slices = [(docs[a:b], batch_id) for a, b in zip(bounds, bounds[1:]) if b > a]
-        kept: list[Document] = []
+        slices = [(docs[a:b], batch_id, a) for a, b in zip(bounds, bounds[1:]) if b > a]
+        kept: dict[str, Positioned] = {}
         dropped: list[Dropped] = []
         stats_parts = []
         for part_kept, part_dropped, part_stats in self._executor.map(_work, slices):
-            kept.extend(part_kept)
+            for name, items in part_kept.items():
+                kept.setdefault(name, []).extend(items)
             dropped.extend(part_dropped)
             stats_parts.append(part_stats)
         merged = merge_stats(stats_parts)
-        order = {s.name: i for i, s in enumerate(merged)}
-        dropped.sort(key=lambda d: order[d.step])  # as the in-process chain lists them: step by step
-        return kept, dropped, merged
+        order = {(s.profile, s.name): i for i, s in enumerate(merged)}
+        # as the in-process chain lists them: profile by profile, step by step
+        dropped.sort(key=lambda d: order[(d.meta.get("domain", ""), d.step)])
+        return {name: kept[name] for name in PROFILE_NAMES if name in kept}, dropped, merged
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -14,25 +14,75 @@ import numpy as np
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
-from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
-from pipeline_project.cleaning.steps import (
-    BoilerplateStrip,
-    C4Quality,
-    EncodingRepair,
-    ExactDedup,
-    FineWebQuality,
-    GopherQuality,
-    GopherRepetition,
-    LanguageID,
-    MinHashDedup,
-    NonEmpty,
-    PIIMasking,
-    RunContext,
-    Step,
-    StepStats,
+from pipeline_project.cleaning.profile_config import PROFILE_NAMES
+from pipeline_project.cleaning.profiles import (
+    Positioned,
+    ProfileRouter,
+    build_chain,
+    build_chains,
+    run_chain,
+    run_filter_stage,
+    split_at_dedup,
 )
+from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
+from pipeline_project.cleaning.steps import RunContext, Step, StepStats
 
 log = logging.getLogger(__name__)
+
+
+def profile_counts(step_stats: list[StepStats]) -> dict[str, dict[str, int]]:
+    """Per profile: documents routed to it (its first step's input), dropped by its steps, kept."""
+    out: dict[str, dict[str, int]] = {}
+    for s in step_stats:
+        if s.profile:
+            c = out.setdefault(s.profile, {"in": s.docs_in, "kept": 0, "dropped": 0})
+            c["dropped"] += s.dropped
+    for c in out.values():
+        c["kept"] = c["in"] - c["dropped"]
+    order = {name: i for i, name in enumerate(PROFILE_NAMES)}
+    return dict(sorted(out.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def _row(name: str, docs_in: int, dropped: int, modified: int | str, seconds: float, reasons: str) -> str:
+    pct = f"{100.0 * dropped / docs_in:.1f}" if docs_in else "0.0"
+    return f"| {name} | {docs_in} | {dropped} | {pct} | {modified} | {seconds:.2f} | {reasons or '-'} |"
+
+
+_HEAD = ["| step | in | dropped | dropped % | modified | seconds | reasons |", "|---|---:|---:|---:|---:|---:|---|"]
+
+
+def removal_tables(step_stats: list[StepStats], counts: dict) -> str:
+    """One markdown table per profile (its steps), then the batch table: reading, routing, one line per
+    profile, and the total. Every table's counts add up: in = kept + dropped."""
+    parts = []
+    per_profile = profile_counts(step_stats)
+    for profile, c in per_profile.items():
+        rows = [f"**{profile}**: {c['in']} in, {c['kept']} kept, {c['dropped']} dropped", "", *_HEAD]
+        for s in step_stats:
+            if s.profile == profile:
+                reasons = ", ".join(f"{r}: {n}" for r, n in s.reasons.most_common(6))
+                rows.append(_row(s.name, s.docs_in, s.dropped, s.modified, s.seconds, reasons))
+        rows.append(f"| **{profile} total** | {c['in']} | {c['dropped']} | | | | kept {c['kept']} |")
+        parts.append("\n".join(rows))
+    rows = ["**batch**", "", *_HEAD]
+    for s in step_stats:
+        if s.profile:
+            continue
+        if s.name == "profile_select":
+            routed = ", ".join(f"{k}: {v}" for k, v in s.notes.items() if isinstance(v, int))
+            rows.append(_row(s.name, s.docs_in, s.dropped, "", s.seconds, f"routed {routed}" if routed else ""))
+        else:
+            reasons = ", ".join(f"{r}: {n}" for r, n in s.reasons.most_common(6))
+            rows.append(_row(s.name, s.docs_in, s.dropped, s.modified, s.seconds, reasons))
+    for profile, c in per_profile.items():
+        seconds = sum(s.seconds for s in step_stats if s.profile == profile)
+        rows.append(_row(f"profile {profile}", c["in"], c["dropped"], "", seconds, f"kept {c['kept']}"))
+    rows.append(
+        f"| **total** | {counts.get('in', 0)} | {counts.get('dropped', 0) + counts.get('quarantined', 0)} | | | | "
+        f"kept {counts.get('kept', 0)} |"
+    )
+    parts.append("\n".join(rows))
+    return "\n\n".join(parts)
 
 
 @dataclass
@@ -40,6 +90,7 @@ class CleaningResult:
     kept: list[Document] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
+    # read and profile_select (profile ""), then each profile's steps (StepStats.profile); index_commit last
     step_stats: list[StepStats] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     batch_id: str = ""
@@ -60,54 +111,46 @@ class CleaningResult:
         counts.update(f"quarantine:{q.reason}" for q in self.quarantined)
         return dict(counts)
 
+    def profile_counts(self) -> dict[str, dict[str, int]]:
+        """{profile: {"in", "kept", "dropped"}} from the documents themselves (their `meta["domain"]`)."""
+        out = {name: {"in": 0, "kept": 0, "dropped": 0} for name in profile_counts(self.step_stats)}
+        for key, items in (("kept", self.kept), ("dropped", self.dropped)):
+            for item in items:
+                c = out.setdefault(item.meta.get("domain", ""), {"in": 0, "kept": 0, "dropped": 0})
+                c[key] += 1
+                c["in"] += 1
+        return out
+
     def check_counts(self) -> None:
         c = self.counts
         if c["in"] != c["kept"] + c["dropped"] + c["quarantined"]:
             raise CountsMismatchError(f"cleaning lost documents: {c}")
+        by_docs, by_stats = self.profile_counts(), profile_counts(self.step_stats)
+        if any(by_docs.get(name) != counts for name, counts in by_stats.items()):
+            raise CountsMismatchError(f"per-profile counts disagree: documents {by_docs}, steps {by_stats}")
 
     def removal_table_markdown(self) -> str:
-        rows = [
-            "| step | in | dropped | dropped % | modified | seconds | reasons |",
-            "|---|---:|---:|---:|---:|---:|---|",
-        ]
-        for s in self.step_stats:
-            pct = 100.0 * s.dropped / s.docs_in if s.docs_in else 0.0
-            reasons = ", ".join(f"{r}: {c}" for r, c in s.reasons.most_common(6)) or "-"
-            rows.append(
-                f"| {s.name} | {s.docs_in} | {s.dropped} | {pct:.1f} | {s.modified} | {s.seconds:.2f} | {reasons} |"
-            )
-        c = self.counts
-        rows.append(
-            f"| **total** | {c.get('in', 0)} | {c.get('dropped', 0) + c.get('quarantined', 0)} | | | | kept {c.get('kept', 0)} |"
-        )
-        return "\n".join(rows)
+        return removal_tables(self.step_stats, self.counts)
 
 
-def build_steps(config: CleaningConfig) -> list[Step]:
-    """The chain in FineWeb's order; dedup before PII so masks never hide a duplicate."""
-    c = config
-    candidates: list[tuple[bool, callable]] = [
-        (c.encoding.enabled, lambda: EncodingRepair(c.encoding)),
-        (c.boilerplate.enabled, lambda: BoilerplateStrip(c.boilerplate)),
-        (True, NonEmpty),
-        (c.language.enabled, lambda: LanguageID(c.language)),
-        (c.gopher_repetition.enabled, lambda: GopherRepetition(c.gopher_repetition)),
-        (c.gopher_quality.enabled, lambda: GopherQuality(c.gopher_quality)),
-        (c.c4.enabled, lambda: C4Quality(c.c4)),
-        (c.fineweb.enabled, lambda: FineWebQuality(c.fineweb)),
-        (c.dedup.exact.enabled, ExactDedup),
-        (c.dedup.minhash.enabled, lambda: MinHashDedup(c.dedup.minhash)),
-        (c.pii.enabled, lambda: PIIMasking(c.pii)),
-    ]
-    return [make() for enabled, make in candidates if enabled]
+def build_steps(config: CleaningConfig, profile: str = "en_web") -> list[Step]:
+    """One profile's chain (`profiles.build_chain`); en_web is the chain every document went through before
+    profiles: FineWeb's order, dedup before PII so masks never hide a duplicate."""
+    return build_chain(config, profile)
 
 
 class CleaningPipeline:
-    """The chain of steps. With a `pool` (`parallel.FilterPool`), the per-document filters run in its workers."""
+    """Routes each document to its profile's chain (`profiles.py`). With a `pool` (`parallel.FilterPool`),
+    the routing and the per-document filters run in its workers; dedup and masking run here, in order."""
 
     def __init__(self, config: CleaningConfig | None = None, pool: Any = None):
         self.config = config or CleaningConfig()
-        self.steps = build_steps(self.config)
+        self.chains = build_chains(self.config)
+        self.steps = self.chains["en_web"]
+        split = {name: split_at_dedup(steps) for name, steps in self.chains.items()}
+        self.filter_chains = {name: parts[0] for name, parts in split.items()}
+        self.router = ProfileRouter(self.config, self.filter_chains)
+        self.post_chains = {name: parts[1] for name, parts in split.items()}
         self.pool = pool
 
     def run(
@@ -141,21 +184,20 @@ class CleaningPipeline:
         if ctx.use_index:
             index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
             result.pending_index = index
-        steps = self.steps
         if self.pool is not None and docs:
-            docs, dropped, pool_stats = self.pool.run(docs, batch_id)
-            result.dropped.extend(dropped)
-            result.step_stats.extend(pool_stats)
-            steps = steps[len(pool_stats) :]
-        for step in steps:
-            stats = StepStats(step.name, docs_in=len(docs))
-            start = time.perf_counter()
-            docs, dropped = step.run(docs, ctx, stats)
-            stats.seconds = time.perf_counter() - start
-            result.dropped.extend(dropped)
-            result.step_stats.append(stats)
-            log.info("%s: %d in, %d dropped in %.2fs", step.name, stats.docs_in, stats.dropped, stats.seconds)
-        result.kept = docs
+            kept, dropped, stats = self.pool.run(docs, batch_id)
+        else:
+            kept, dropped, stats = run_filter_stage(self.router, self.filter_chains, docs, batch_id)
+        result.dropped.extend(dropped)
+        result.step_stats.extend(stats)
+        final: Positioned = []
+        for name, steps in self.post_chains.items():
+            if kept.get(name):
+                final.extend(run_chain(steps, kept[name], ctx, name, result.dropped, result.step_stats))
+        final.sort(key=lambda item: item[0])
+        result.kept = [doc for _, doc in final]
+        for s in result.step_stats[1:]:
+            log.info("%s/%s: %d in, %d dropped in %.2fs", s.profile, s.name, s.docs_in, s.dropped, s.seconds)
         result.update_counts(n_in)
         if commit:
             self.commit(result)
@@ -176,20 +218,26 @@ class CleaningPipeline:
                 mh = d.state.minhash
                 if mh is not None:
                     sigs[i], bands[i] = mh
-            stats = StepStats("index_commit", docs_in=len(docs))
             start = time.perf_counter()
             late = index.commit_batch(
                 result.batch_id, [d.id for d in docs], exact, bands, sigs, near_threshold=self._near_threshold()
             )
-            stats.seconds = time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            # one index_commit row per profile, so each profile's table still adds up
+            by_profile: dict[str, StepStats] = {}
+            for d in docs:
+                name = d.meta.get("domain", "")
+                by_profile.setdefault(name, StepStats("index_commit", profile=name)).docs_in += 1
             if late:
                 result.kept = [d for i, d in enumerate(docs) if i not in late]
                 for i, reason in sorted(late.items()):
-                    kind = reason.split("_of:", 1)[0]
-                    stats.reasons[kind] += 1
+                    stats = by_profile[docs[i].meta.get("domain", "")]
+                    stats.reasons[reason.split("_of:", 1)[0]] += 1
+                    stats.dropped += 1
                     result.dropped.append(Dropped.of(docs[i], "index_commit", reason))
-                stats.dropped = len(late)
-            result.step_stats.append(stats)
+            for stats in by_profile.values():
+                stats.seconds = seconds * stats.docs_in / max(len(docs), 1)
+            result.step_stats.extend(by_profile.values())
         for doc in result.kept:
             doc.state = DocState()
         result.update_counts(result.counts["in"])

@@ -30,6 +30,7 @@ class StepStats:
     seconds: float = 0.0
     reasons: Counter = field(default_factory=Counter)
     notes: dict = field(default_factory=dict)
+    profile: str = ""  # the cleaning profile whose chain the step belongs to ("" for read and routing)
 
     @property
     def docs_out(self) -> int:

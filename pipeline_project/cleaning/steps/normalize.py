@@ -77,13 +77,21 @@ _PG_END = re.compile(
 )
 
 
+# the pre-2003 header ends with this line ("*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*")
+_PG_SMALL_PRINT_END = re.compile(r"^\*END\*? ?THE SMALL PRINT!.*$", re.I | re.M)
+
+
 class BoilerplateStrip(DocFilter):
-    """Cut the Project Gutenberg header and license footer at the standard START/END markers."""
+    """Cut the Project Gutenberg header and license footer at the standard START/END markers.
+
+    With `small_print` (the books profile), a text without a START marker is cut after the old-style
+    header's "*END*THE SMALL PRINT!" line when that line is in the first half of the text."""
 
     name = "boilerplate_strip"
 
-    def __init__(self, cfg: BoilerplateConfig):
+    def __init__(self, cfg: BoilerplateConfig, small_print: bool = False):
         self.cfg = cfg
+        self.small_print = small_print
 
     def check(self, doc):
         if not self.cfg.gutenberg or "PROJECT GUTENBERG" not in doc.text.upper()[:20000]:
@@ -92,6 +100,10 @@ class BoilerplateStrip(DocFilter):
         start = _PG_START.search(text)
         if start:
             text = text[start.end() :]
+        elif self.small_print:
+            old = _PG_SMALL_PRINT_END.search(text, 0, len(text) // 2)
+            if old:
+                text = text[old.end() :]
         end = _PG_END.search(text)
         if end:
             text = text[: end.start()]
