@@ -22,7 +22,8 @@ class Shard:
 
 def shard_line(doc: Document) -> bytes:
     """One kept document as a shard's JSON line."""
-    record = {"id": doc.id, "text": doc.text, "source": doc.source, "meta": doc.meta}
+    # the domain (cleaning profile) travels with the document to the token blocks and the training mixture
+    record = {"id": doc.id, "text": doc.text, "source": doc.source, "domain": doc.meta.get("domain"), "meta": doc.meta}
     return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
