@@ -374,5 +374,27 @@ def doctor(
     raise typer.Exit(doctor_main(only, timeout, echo=typer.echo))
 
 
+@app.command("dedup-import")
+def dedup_import(
+    key: Annotated[str, typer.Option("--key", help="The S3 index file of earlier versions")] = "dedup/index.bin",
+    schema: Annotated[str, typer.Option("--schema", help="PostgreSQL schema of the dedup index")] = "dedup",
+) -> None:
+    """Migrate the S3 dedup index file (`s3://$PIPELINE_S3_BUCKET/dedup/index.bin`) into the PostgreSQL index."""
+    from pipeline_project.cleaning import DedupIndex
+    from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
+    from pipeline_project.settings import Settings
+
+    try:
+        settings = Settings()
+        data = settings.s3_client().get_object(Bucket=settings.bucket, Key=key)["Body"].read()
+        old = DedupIndex.from_bytes(data)
+        index = PostgresDedupIndex(settings.postgres_url, num_perm=old.num_perm, num_bands=old.num_bands, schema=schema)
+        imported = index.import_index(old)
+        index.close()
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
+        raise _fail(err) from None
+    console.print(f"imported {imported:,} documents of {len(old.batches)} batches into schema {schema!r}")
+
+
 if __name__ == "__main__":
     app()

@@ -144,3 +144,23 @@ def test_migration_from_the_s3_index_file_keeps_every_decision(pg_url):
     b = CleaningPipeline(CONFIG).run(_docs("m2", probe), "m2", index)
     assert [(d.id, d.reason) for d in a.dropped] == [(d.id, d.reason) for d in b.dropped]
     assert len(b.dropped) == 2
+
+
+def test_the_cli_migrates_the_s3_index_file(pg_url, stack, monkeypatch):
+    from typer.testing import CliRunner
+
+    from pipeline_project.cli import app
+
+    texts = _corpus(8, 4)
+    memory = DedupIndex()
+    CleaningPipeline(CONFIG).run(_docs("cli1", texts), "cli1", memory)
+    key = f"it-{uuid.uuid4().hex[:8]}/dedup/index.bin"
+    stack.s3_client().put_object(Bucket=stack.bucket, Key=key, Body=memory.to_bytes())
+    monkeypatch.setenv("PIPELINE_S3_ENDPOINT", stack.s3_endpoint)
+    monkeypatch.setenv("PIPELINE_POSTGRES_URL", pg_url)
+    result = CliRunner().invoke(app, ["dedup-import", "--key", key, "--schema", "migrated"])
+    assert result.exit_code == 0, result.output
+    assert "imported 4 documents of 1 batches" in result.output
+    index = PostgresDedupIndex(pg_url, schema="migrated")
+    again = CleaningPipeline(CONFIG).run(_docs("cli2", texts[:1]), "cli2", index)
+    assert [d.reason for d in again.dropped] == ["exact_duplicate_of:cli1/cli1-0"]
