@@ -68,13 +68,7 @@ def merge_stats(parts: list[list[StepStats]]) -> list[StepStats]:
             m = merged.get((s.profile, s.name))
             if m is None:
                 m = merged[(s.profile, s.name)] = StepStats(s.name, profile=s.profile)
-            m.docs_in += s.docs_in
-            m.dropped += s.dropped
-            m.modified += s.modified
-            m.seconds += s.seconds
-            m.reasons.update(s.reasons)
-            for k, v in s.notes.items():
-                m.notes[k] = m.notes.get(k, 0) + v if isinstance(v, int | float) else v
+            m.absorb(s)
     rank = {name: i for i, name in enumerate(("", *PROFILE_NAMES))}
     return sorted(merged.values(), key=lambda s: rank.get(s.profile, len(rank)))  # stable: chain order kept
 

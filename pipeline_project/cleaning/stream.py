@@ -72,14 +72,7 @@ class StreamResult:
                 m = StepStats(s.name, profile=s.profile)
                 self.step_stats.append(m)
                 by_key[(s.profile, s.name)] = m
-            m.docs_in += s.docs_in
-            m.dropped += s.dropped
-            m.modified += s.modified
-            m.seconds += s.seconds
-            m.reasons.update(s.reasons)
-            for k, v in s.notes.items():
-                if isinstance(v, int | float):
-                    m.notes[k] = m.notes.get(k, 0) + v
+            m.absorb(s)
 
     def count(self, result: CleaningResult) -> None:
         for key in ("in", "kept", "dropped", "quarantined"):

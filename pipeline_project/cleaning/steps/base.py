@@ -36,6 +36,17 @@ class StepStats:
     def docs_out(self) -> int:
         return self.docs_in - self.dropped
 
+    def absorb(self, other: StepStats) -> None:
+        """Add another run of the same step (another worker's slice, another chunk) to these counts."""
+        self.docs_in += other.docs_in
+        self.dropped += other.dropped
+        self.modified += other.modified
+        self.seconds += other.seconds
+        self.reasons.update(other.reasons)
+        for k, v in other.notes.items():
+            if isinstance(v, int | float):
+                self.notes[k] = self.notes.get(k, 0) + v
+
 
 class Step(abc.ABC):
     name = "step"
