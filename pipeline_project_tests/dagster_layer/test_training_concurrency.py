@@ -29,7 +29,10 @@ def _instance_from(config: dict, home: Path) -> dg.DagsterInstance:
 
 
 def _stack_config(home: Path) -> dict:
-    return yaml.safe_load(DAGSTER_YAML.format(home=home))
+    config = yaml.safe_load(DAGSTER_YAML.format(home=home, postgres_url="postgresql+psycopg2://u:p@db:5432/dagster"))
+    assert "postgres" in config["storage"]  # the stack keeps Dagster's storage in its PostgreSQL
+    assert config["run_launcher"]["class"] == "LocalProcessRunLauncher"  # run monitoring can check workers
+    return {**config, "storage": {"sqlite": {"base_dir": str(home / "storage")}}}  # the rest, as the stack writes it
 
 
 def _deploy_config(home: Path) -> dict:
@@ -53,6 +56,8 @@ def test_instance_config_runs_one_training_and_gives_ingest_its_own_slots(which,
         assert instance.run_retries_enabled and instance.run_retries_max_retries >= 1
         assert instance.run_monitoring_enabled
         assert instance.run_monitoring_max_resume_run_attempts == 0  # valid with every run launcher
+        if which == "stack":  # the local launcher tells run monitoring whether a run's worker is alive
+            assert instance.run_launcher.supports_check_run_worker_health
     finally:
         instance.dispose()
 
