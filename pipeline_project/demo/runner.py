@@ -90,19 +90,20 @@ def _partitions_of(runs) -> list[str]:
     return sorted({r.tags["dagster/partition"] for r in runs if "dagster/partition" in r.tags})
 
 
-def _meta(instance, key: str, partition: str | None = None) -> dict:
-    from dagster import AssetKey
-
+def _meta(instance, asset, partition: str | None = None) -> dict:
     from pipeline_project.assets.partitions import latest_materialization_metadata
 
-    return latest_materialization_metadata(instance, AssetKey(key), partition)
+    return latest_materialization_metadata(instance, asset.key, partition)
 
 
 def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: dict) -> Table:
+    from pipeline_project.assets.cleaned import cleaned_shards
+    from pipeline_project.assets.token_blocks import token_blocks
+
     totals = {"documents in": 0, "kept": 0, "dropped": 0, "quarantined": 0, "blocks in Kafka": 0, "tokens in Kafka": 0}
     for p in partitions:
-        c = _meta(instance, "cleaned_shards", p)
-        k = _meta(instance, "kafka_topic", p)
+        c = _meta(instance, cleaned_shards, p)
+        k = _meta(instance, token_blocks, p)
         totals["documents in"] += int(c.get("documents_in", 0))
         totals["kept"] += int(c.get("kept", 0))
         totals["dropped"] += int(c.get("dropped", 0))
@@ -187,4 +188,6 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
     )
     if train[0].status.value != "SUCCESS":
         raise SystemExit(f"training run {run_id} failed; see {settings.dagster_url}/runs/{run_id}")
-    console.print(summarize(instance, settings, partitions, _meta(instance, "deepseek_checkpoint")))
+    from pipeline_project.assets.checkpoint import deepseek_checkpoint
+
+    console.print(summarize(instance, settings, partitions, _meta(instance, deepseek_checkpoint)))

@@ -1,0 +1,26 @@
+"""The demo's closing summary adds up the materialized batches of every asset."""
+
+import dagster as dg
+
+from pipeline_project.demo.runner import summarize
+from pipeline_project.settings import Settings
+
+
+def test_summary_totals_come_from_each_assets_latest_materialization():
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("batches", ["b1", "b2"])
+        for batch, kept, blocks in (("b1", 5, 3), ("b2", 7, 4)):
+            meta = {"documents_in": kept + 2, "kept": kept, "dropped": 1, "quarantined": 1}
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization("cleaned_shards", partition=batch, metadata=meta)
+            )
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    "token_blocks", partition=batch, metadata={"blocks": blocks, "tokens": blocks * 64}
+                )
+            )
+        table = summarize(instance, Settings(), ["b1", "b2"], {"steps": 5})
+        rows = dict(zip(table.columns[0]._cells, table.columns[1]._cells))
+    assert rows["kept"] == "12" and rows["documents in"] == "16"
+    assert rows["blocks in Kafka"] == "7" and rows["tokens in Kafka"] == "448"
+    assert rows["training steps"] == "5"
