@@ -164,6 +164,7 @@ class StackConfig:
             "MLFLOW_TRACKING_URI": self.mlflow_url,
             "MLFLOW_S3_ENDPOINT_URL": self.s3_endpoint,
             "PIPELINE_DAGSTER_URL": self.dagster_url,
+            "PIPELINE_POSTGRES_URL": self.postgres_url(),
         }
         secure = self.kafka_secure
         if secure is None:

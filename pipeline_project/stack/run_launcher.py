@@ -11,7 +11,7 @@ for pods; this class is for the local stack, where the daemon, code server and w
 from __future__ import annotations
 
 import psutil
-from dagster import DagsterEventType, EventRecordsFilter
+from dagster import DagsterEventType
 from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, WorkerStatus
 from dagster._core.storage.dagster_run import DagsterRun
 
@@ -23,11 +23,8 @@ class LocalProcessRunLauncher(DefaultRunLauncher):
 
     def _worker(self, run: DagsterRun) -> tuple[int, float] | None:
         """(pid, event timestamp) of the run's worker, from the code server's engine event."""
-        records = self._instance.get_event_records(
-            EventRecordsFilter(event_type=DagsterEventType.ENGINE_EVENT, run_ids=[run.run_id]), limit=50
-        )
-        for record in records:
-            entry = record.event_log_entry
+        records = self._instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        for entry in records[:50]:
             if "Started process for run" not in (entry.message or "") or entry.dagster_event is None:
                 continue
             metadata = getattr(entry.dagster_event.event_specific_data, "metadata", None) or {}

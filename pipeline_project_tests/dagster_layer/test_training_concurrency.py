@@ -141,3 +141,32 @@ def test_the_asset_refuses_to_train_while_an_older_training_run_executes():
             DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=older.job_name), run_id=older.run_id
         )
         refuse_if_another_run_trains(instance, mine.run_id)
+
+
+def test_the_stack_launcher_reads_the_worker_pid_from_the_run_and_sees_it_die(tmp_path):
+    """Run monitoring asks the launcher whether a run's worker lives; it finds the pid in the run's own engine
+    event (as the code server writes it) and judges the process on this host."""
+    import subprocess
+    import sys
+
+    from dagster._core.events import EngineEventData
+    from dagster._core.launcher import WorkerStatus
+
+    instance = _instance_from(_stack_config(tmp_path), tmp_path / "home")
+    try:
+        launcher = instance.run_launcher
+        run = create_run_for_test(instance, job_name="__ASSET_JOB")
+        assert launcher.check_run_worker_health(run).transient  # no pid recorded yet: nothing to judge by
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            instance.report_engine_event(
+                f"Started process for run (pid: {worker.pid}).", run, EngineEventData.in_process(worker.pid)
+            )
+            assert launcher.check_run_worker_health(run).status == WorkerStatus.RUNNING
+        finally:
+            worker.kill()
+            worker.wait()
+        health = launcher.check_run_worker_health(run)
+        assert health.status == WorkerStatus.NOT_FOUND and str(worker.pid) in health.msg
+    finally:
+        instance.dispose()

@@ -1,0 +1,43 @@
+"""wait_until_visible against an admin client whose first ListOffsets hangs, as one sent to a killed broker does."""
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline_project.streaming import visibility
+from pipeline_project.streaming.errors import VisibilityTimeoutError
+
+
+class HangingThenStableAdmin:
+    """The first `hang` calls return futures that never complete; later ones report `lso` per partition."""
+
+    def __init__(self, hang: int, lso: int):
+        self.hang, self.lso, self.calls = hang, lso, 0
+
+    def list_offsets(self, request, isolation_level, request_timeout):
+        self.calls += 1
+        futures = {}
+        for tp in request:
+            fut: Future = Future()
+            if self.calls > self.hang:
+                fut.set_result(SimpleNamespace(offset=self.lso))
+            futures[tp] = fut
+        return futures
+
+
+@pytest.fixture(autouse=True)
+def short_attempts(monkeypatch):
+    monkeypatch.setattr(visibility, "ATTEMPT_S", 0.1)
+
+
+def test_a_hung_request_costs_one_attempt_not_the_wait():
+    admin = HangingThenStableAdmin(hang=1, lso=11)
+    waited = visibility.wait_until_visible(admin, {("t", 0): 10, ("t", 1): 3}, timeout_s=30)
+    assert admin.calls == 2 and waited < 5
+
+
+def test_records_that_never_become_visible_raise_naming_the_partition():
+    admin = HangingThenStableAdmin(hang=0, lso=5)
+    with pytest.raises(VisibilityTimeoutError, match=r"t\[0\] last stable offset 5, written up to 10"):
+        visibility.wait_until_visible(admin, {("t", 0): 10}, timeout_s=0.5)
