@@ -16,7 +16,16 @@ def test_summary_totals_come_from_each_assets_latest_materialization():
             )
             instance.report_runless_asset_event(
                 dg.AssetMaterialization(
-                    "token_blocks", partition=batch, metadata={"blocks": blocks, "tokens": blocks * 64}
+                    "token_blocks",
+                    partition=batch,
+                    metadata={
+                        "blocks": blocks,
+                        "tokens": blocks * 64,
+                        "domains": {
+                            "en_web": {"docs": kept - 1, "blocks": blocks - 1, "tokens": (blocks - 1) * 64},
+                            "code": {"docs": 1, "blocks": 1, "tokens": 64},
+                        },
+                    },
                 )
             )
         table = summarize(instance, Settings(), ["b1", "b2"], {"steps": 5})
@@ -24,3 +33,4 @@ def test_summary_totals_come_from_each_assets_latest_materialization():
     assert rows["kept"] == "12" and rows["documents in"] == "16"
     assert rows["blocks in Kafka"] == "7" and rows["tokens in Kafka"] == "448"
     assert rows["training steps"] == "5"
+    assert rows["kept en_web"] == "10 documents, 320 tokens" and rows["kept code"] == "2 documents, 128 tokens"

@@ -12,6 +12,16 @@ from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.run_tags import config_hash, run_tags
 
 
+def domains_table(domains: dict) -> str:
+    """Per-domain documents, blocks and tokens of the batch as a markdown table."""
+    rows = ["| domain | documents | blocks | tokens | messages |", "|---|---:|---:|---:|---:|"]
+    rows += [
+        f"| {d} | {c.get('docs', 0):,} | {c['blocks']:,} | {c['tokens']:,} | {c['messages']:,} |"
+        for d, c in sorted(domains.items())
+    ]
+    return "\n".join(rows)
+
+
 def offset_ranges_table(ranges: dict) -> str:
     rows = ["| partition | first offset | last offset |", "|---:|---:|---:|"]
     rows += [f"| {p} | {r[0]} | {r[1]} |" for p, r in sorted(ranges.items(), key=lambda kv: int(kv[0]))]
@@ -27,7 +37,9 @@ def offset_ranges_table(ranges: dict) -> str:
     automation_condition=dg.AutomationCondition.eager(),
     description="Token blocks (little-endian uint32, seq_len tokens each, EOS between documents) in the Kafka "
     "topic, produced transactionally. A ledger record in `<topic>.ledger`, committed in the same transaction, "
-    "makes re-materialization produce nothing twice.",
+    "makes re-materialization produce nothing twice. Documents are packed per domain (cleaning profile): a block "
+    "never mixes domains, every message carries a `domain` header, and the metadata counts blocks and tokens per "
+    "domain.",
 )
 def token_blocks(
     context: dg.AssetExecutionContext,
@@ -36,7 +48,8 @@ def token_blocks(
     kafka: KafkaResource,
     mlflow: MlflowResource,
 ) -> dg.MaterializeResult:
-    from pipeline_project.cleaning import iter_shard_texts, read_shard_manifest
+    from pipeline_project.cleaning import read_shard_manifest
+    from pipeline_project.cleaning.publish import iter_shard_documents
 
     batch_id = context.partition_key
     client = s3.get_client()
@@ -50,7 +63,7 @@ def token_blocks(
     )
     report = kafka.produce_token_blocks(
         layout.topic,
-        iter_shard_texts(client, layout.bucket, manifest),
+        iter_shard_documents(client, layout.bucket, manifest),
         seq_len=layout.seq_len,
         source=batch_id,
         ledger_key=batch_id,
@@ -90,6 +103,7 @@ def token_blocks(
                 "tokens": report.tokens,
                 "bytes": report.bytes,
                 "produce_mb_per_s": report.mb_per_s,
+                **{f"tokens_{d}": c["tokens"] for d, c in report.domains.items()},
                 **stage,
                 **kafka_metrics,
             },
@@ -114,6 +128,12 @@ def token_blocks(
         "seq_len": layout.seq_len,
         **stage,
     }
+    if report.domains:
+        metadata["domains"] = report.domains
+        metadata["domains_table"] = dg.MetadataValue.md(domains_table(report.domains))
+        for d, c in report.domains.items():
+            metadata[f"tokens_{d}"] = c["tokens"]
+            metadata[f"blocks_{d}"] = c["blocks"]
     if mlflow_url:
         metadata["mlflow_run"] = dg.MetadataValue.url(mlflow_url)
     return dg.MaterializeResult(metadata=metadata)

@@ -199,6 +199,16 @@ def iter_shard_texts(client, bucket: str, manifest: ShardManifest):
             yield rec["text"]
 
 
+def iter_shard_documents(client, bucket: str, manifest: ShardManifest):
+    """(domain, text) of the kept documents of a published batch, in order; domain None in shards without one."""
+    from pipeline_project.cleaning.shards import read_shard
+
+    for entry in manifest.shards:
+        data = client.get_object(Bucket=bucket, Key=entry.key)["Body"].read()
+        for rec in read_shard(data):
+            yield rec.get("domain") or None, rec["text"]
+
+
 def verify_published(client, bucket: str, manifest: ShardManifest) -> list[str]:
     """Problems with a published batch: a shard that is missing, differs from its sha256 or its document count."""
     from pipeline_project.cleaning.shards import read_shard

@@ -101,6 +101,7 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     from pipeline_project.assets.token_blocks import token_blocks
 
     totals = {"documents in": 0, "kept": 0, "dropped": 0, "quarantined": 0, "blocks in Kafka": 0, "tokens in Kafka": 0}
+    per_domain: dict[str, list[int]] = {}  # domain -> [kept documents, tokens], from token_blocks' per-domain counts
     for p in partitions:
         c = _meta(instance, cleaned_shards, p)
         k = _meta(instance, token_blocks, p)
@@ -110,11 +111,17 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
         totals["quarantined"] += int(c.get("quarantined", 0))
         totals["blocks in Kafka"] += int(k.get("blocks", 0))
         totals["tokens in Kafka"] += int(k.get("tokens", 0))
+        for domain, counts in (k.get("domains") or {}).items():
+            acc = per_domain.setdefault(domain, [0, 0])
+            acc[0] += int(counts.get("docs", 0))
+            acc[1] += int(counts.get("tokens", 0))
     table = Table(title="pipeline summary", show_header=False)
     table.add_column("what", no_wrap=True)
     table.add_column("value", overflow="fold")
     for name, value in totals.items():
         table.add_row(name, f"{value:,}")
+    for domain, (docs, tokens) in sorted(per_domain.items()):
+        table.add_row(f"kept {domain}", f"{docs:,} documents, {tokens:,} tokens")
     table.add_row("batches", ", ".join(partitions))
     for label, key in [
         ("training steps", "steps"),

@@ -84,9 +84,13 @@ class KafkaResource(dg.ConfigurableResource):
     def consumer(self, **kwargs: Any):
         return self.settings().make_consumer(**kwargs)
 
-    def produce_token_blocks(self, topic: str, texts: Iterable[str], *, seq_len: int, source: str, ledger_key: str,
-                             content_hash: str, max_message_bytes: int) -> ProduceReport:  # fmt: skip
-        """Tokenize, pack and produce one batch in bounded transactions, with its ledger records, once per ledger key."""
+    def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
+                             source: str, ledger_key: str, content_hash: str,
+                             max_message_bytes: int) -> ProduceReport:  # fmt: skip
+        """Tokenize, pack and produce one batch in bounded transactions, with its ledger records, once per ledger key.
+
+        `texts` may be `(domain, text)` pairs: packed per domain, each message with its `domain` header.
+        """
         from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
         from pipeline_project.streaming.tokenizer import load_tokenizer
 

@@ -2,7 +2,8 @@
 
 Value: little-endian uint32 token ids, `blocks` whole blocks of exactly `seq_len` tokens each.
 Headers (all bytes, UTF-8 text): fmt (format version), tok and tok_hash (tokenizer name and hash),
-seq_len, blocks (block count), src (source shard id). A message that breaks any of this raises
+seq_len, blocks (block count), src (source shard id), and optionally domain (the cleaning profile of
+every block in the message: a message never mixes domains; absent on messages of unlabelled data). A message that breaks any of this raises
 MalformedMessageError when decoded.
 
 Padding: the token id `PAD_TOKEN` (0xFFFFFFFF, never a real token id) fills the end of a batch's
@@ -37,6 +38,7 @@ H_SEQ_LEN = "seq_len"
 H_BLOCKS = "blocks"
 H_SOURCE = "src"
 H_PAD = "pad"  # version 2: pad tokens in the message
+H_DOMAIN = "domain"  # optional, any version: the domain of all the message's blocks (readers ignore what they lack)
 REQUIRED_HEADERS = (H_FORMAT, H_TOKENIZER, H_TOKENIZER_HASH, H_SEQ_LEN, H_BLOCKS, H_SOURCE)
 
 Headers = list[tuple[str, bytes]]
@@ -51,6 +53,7 @@ class BlockHeader:
     blocks: int
     source: str
     pad_tokens: int = 0
+    domain: str | None = None  # None: the message carries no domain header
 
 
 def count_padding(blocks: np.ndarray) -> tuple[int, int]:
@@ -73,12 +76,18 @@ def max_blocks_per_message(seq_len: int, max_bytes: int = DEFAULT_MAX_MESSAGE_BY
 
 
 def encode_message(
-    blocks: np.ndarray, *, tokenizer_name: str, tokenizer_hash: str, source: str, pad_tokens: int | None = None
+    blocks: np.ndarray,
+    *,
+    tokenizer_name: str,
+    tokenizer_hash: str,
+    source: str,
+    pad_tokens: int | None = None,
+    domain: str | None = None,
 ) -> tuple[bytes, Headers]:
     """Serialize an (n, seq_len) uint32 array into a Kafka value and headers.
 
     `pad_tokens` is the number of `PAD_TOKEN`s in `blocks` (counted here when not given); with any, the message
-    is written as format version 2 with a `pad` header, else as version 1.
+    is written as format version 2 with a `pad` header, else as version 1. A `domain` adds the `domain` header.
     """
     if blocks.ndim != 2 or blocks.shape[0] < 1 or blocks.shape[1] < 1:
         raise ValueError(f"blocks must be a non-empty 2-D (n, seq_len) array, got shape {blocks.shape}")
@@ -101,6 +110,8 @@ def encode_message(
     ]
     if pad_tokens:
         headers.append((H_PAD, str(pad_tokens).encode()))
+    if domain is not None:
+        headers.append((H_DOMAIN, domain.encode()))
     return value, headers
 
 
@@ -125,6 +136,7 @@ def read_header(
         seq_len = int(text[H_SEQ_LEN])
         n_blocks = int(text[H_BLOCKS])
         pad = int(found[H_PAD].decode()) if H_PAD in found else 0
+        domain = found[H_DOMAIN].decode() if H_DOMAIN in found else None
     except (UnicodeDecodeError, ValueError) as exc:
         raise bad(f"unparseable header: {exc}") from None
     if version not in FORMAT_VERSIONS:
@@ -135,7 +147,9 @@ def read_header(
         raise bad(f"format version {version} cannot hold padding, the pad header says {pad}")
     if not 0 <= pad < n_blocks * seq_len:
         raise bad(f"pad header {pad} outside [0, {n_blocks * seq_len})")
-    return BlockHeader(version, text[H_TOKENIZER], text[H_TOKENIZER_HASH], seq_len, n_blocks, text[H_SOURCE], pad)
+    return BlockHeader(
+        version, text[H_TOKENIZER], text[H_TOKENIZER_HASH], seq_len, n_blocks, text[H_SOURCE], pad, domain
+    )
 
 
 def decode_message(

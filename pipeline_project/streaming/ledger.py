@@ -85,6 +85,8 @@ class ProduceReport:
     transactions: int = 0  # Kafka transactions that wrote the batch, over all attempts
     resumed_blocks: int = 0  # blocks an earlier, interrupted attempt had committed (skipped by this one)
     stream_hash: str = ""  # xxh3-64 of the batch's block stream, as little-endian uint32 bytes
+    # per domain (messages with a domain header): {"messages", "blocks", "tokens", "pad_tokens", "docs"}
+    domains: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_ledger_json(self) -> bytes:
         d = asdict(self)
@@ -129,6 +131,7 @@ class ProduceReport:
             "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
             "kafka_stats": self.kafka_stats,
             "packing": self.packing,
+            "domains": self.domains,
         }
 
     def fingerprint(self) -> tuple[str, str, int]:
@@ -154,6 +157,7 @@ class ProgressRecord:
     stream_hash: str  # of the committed prefix
     transactional_id: str
     updated_at: float = field(default_factory=time.time)
+    domains: dict[str, dict[str, int]] = field(default_factory=dict)  # per domain, as `BatchTotals.domains`
 
     def to_json(self) -> bytes:
         d = asdict(self)

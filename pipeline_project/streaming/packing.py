@@ -87,3 +87,63 @@ class BlockPacker:
             "dropped_tail_tokens": self.dropped_tokens,
             "padded_tokens": self.padded_tokens,
         }
+
+
+class DomainPackers:
+    """One `BlockPacker` per domain, so a block never mixes domains (documents of domain None share one packer).
+
+    `add(docs, domains)` returns `(domain, blocks)` pairs in the order the domains first appear in the call;
+    `flush` pads (or drops) every domain's tail, in the order the domains first appeared in the stream. The
+    counters and `stats()` are the sums over the domains; `per_domain()` has each domain's `stats()`.
+    """
+
+    def __init__(self, seq_len: int, eos_id: int):
+        self.seq_len = seq_len
+        self.eos_id = eos_id
+        self.packers: dict[str | None, BlockPacker] = {}
+
+    def _packer(self, domain: str | None) -> BlockPacker:
+        if domain not in self.packers:
+            self.packers[domain] = BlockPacker(self.seq_len, self.eos_id)
+        return self.packers[domain]
+
+    def add(self, docs: Sequence[np.ndarray], domains: Sequence[str | None]) -> list[tuple[str | None, np.ndarray]]:
+        groups: dict[str | None, list[np.ndarray]] = {}
+        for doc, domain in zip(docs, domains, strict=True):
+            groups.setdefault(domain, []).append(doc)
+        out = []
+        for domain, group in groups.items():
+            blocks = self._packer(domain).add(group)
+            if len(blocks):
+                out.append((domain, blocks))
+        return out
+
+    def flush(self, pad: bool = True) -> list[tuple[str | None, np.ndarray]]:
+        out = []
+        for domain, packer in self.packers.items():
+            last = packer.flush(pad=pad)
+            if len(last):
+                out.append((domain, last))
+        return out
+
+    def _sum(self, name: str) -> int:
+        return sum(getattr(p, name) for p in self.packers.values())
+
+    @property
+    def tail_tokens(self) -> int:
+        return self._sum("tail_tokens")
+
+    @property
+    def dropped_tokens(self) -> int:
+        return self._sum("dropped_tokens")
+
+    def stats(self) -> dict[str, int]:
+        total: dict[str, int] = dict.fromkeys(BlockPacker(self.seq_len, self.eos_id).stats(), 0)
+        for packer in self.packers.values():
+            for k, v in packer.stats().items():
+                total[k] += v
+        return total
+
+    def per_domain(self) -> dict[str, dict[str, int]]:
+        """Each labelled domain's packing counts (documents without a domain are left out)."""
+        return {d: p.stats() for d, p in self.packers.items() if d is not None}

@@ -36,7 +36,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol
 
-import numpy as np
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,9 +52,16 @@ from pipeline_project.streaming.ledger import (
     read_ledger,
     read_ledger_records,
 )
-from pipeline_project.streaming.packing import BlockPacker
+from pipeline_project.streaming.packing import DomainPackers
 from pipeline_project.streaming.prefetch import prefetch_batches
-from pipeline_project.streaming.staging import MessageEncoder, StreamHasher, rechunk, skip_blocks, stage_chunks
+from pipeline_project.streaming.staging import (
+    MessageEncoder,
+    StreamHasher,
+    StreamItem,
+    rechunk,
+    skip_blocks,
+    stage_chunks,
+)
 from pipeline_project.streaming.topics import topic_id
 from pipeline_project.streaming.transactions import BatchTotals, BatchTransactions
 from pipeline_project.streaming.verify import verify_produced
@@ -78,6 +84,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _rechunk = rechunk  # the name the unit tests know
+Document = str | tuple[str | None, str]  # a text, or (domain, text)
 
 
 class ProducerConfig(BaseModel):
@@ -112,7 +119,7 @@ def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -
 def produce_blocks(
     settings: KafkaSettings,
     topic: str,
-    blocks_iter: Iterable[np.ndarray],
+    blocks_iter: Iterable[StreamItem],
     *,
     tokenizer: TokenizerIdentity,
     seq_len: int,
@@ -122,9 +129,13 @@ def produce_blocks(
     transactional_id: str | None = None,
     config: ProducerConfig | None = None,
     _stage_timer: _StageTimer | None = None,
-    _packer: BlockPacker | None = None,
+    _packer: DomainPackers | None = None,
 ) -> ProduceReport:
-    """Produce (n, seq_len) uint32 block arrays to `topic` in bounded transactions, once per ledger key."""
+    """Produce (n, seq_len) uint32 block arrays to `topic` in bounded transactions, once per ledger key.
+
+    Items of `blocks_iter` may be `(domain, blocks)` pairs: each message then holds one domain's blocks and
+    carries its `domain` header, and the report counts messages, blocks and tokens per domain.
+    """
     config = config or ProducerConfig()
     if ledger_key.endswith(PROGRESS_SUFFIX):
         raise ValueError(f"ledger key {ledger_key!r} must not end with {PROGRESS_SUFFIX!r} (progress records do)")
@@ -163,15 +174,16 @@ def produce_blocks(
         return existing
     progress = records.progress.get(ledger_key)
     hasher = StreamHasher()
-    stream: Iterable[np.ndarray] = blocks_iter
+    per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
+    stream: Iterable[StreamItem] = rechunk(blocks_iter, per_message)  # messages; per domain when tagged
     if progress is not None:
         _check_record(progress, fingerprint, current_id, where, "has a partly produced batch of")
         log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
                  progress.blocks, progress.transactions)  # fmt: skip
-        stream = skip_blocks(blocks_iter, progress.blocks, expected_hash=progress.stream_hash, hasher=hasher,
+        # the committed prefix ends on a message boundary: skipping whole messages keeps the uninterrupted cut
+        stream = skip_blocks(stream, progress.blocks, expected_hash=progress.stream_hash, hasher=hasher,
                              where=where)  # fmt: skip
 
-    per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
     per_chunk = max(1, config.transaction_max_bytes // (per_message * seq_len * TOKEN_BYTES))
     txs = BatchTransactions(
         producer, txid=txid, topic=topic, ledger_key=ledger_key, partitions=partitions,
@@ -191,6 +203,7 @@ def produce_blocks(
             tail_tokens=_packer.tail_tokens if _packer else t.padded_blocks * seq_len - t.pad_tokens,
             dropped_tokens=_packer.dropped_tokens if _packer else 0,
             transactions=t.transactions, resumed_blocks=t.resumed_blocks, stream_hash=stream_hash,
+            domains=_domain_report(t, seq_len, _packer),
         )  # fmt: skip
 
     def progress_record(t: BatchTotals, stream_hash: str) -> ProgressRecord:
@@ -198,14 +211,14 @@ def produce_blocks(
             ledger_key=ledger_key, content_hash=content_hash, tokenizer_hash=tokenizer.hash, seq_len=seq_len,
             topic_id=current_id, transactions=t.transactions, messages=t.messages, blocks=t.blocks, bytes=t.bytes,
             pad_tokens=t.pad_tokens, padded_blocks=t.padded_blocks, offsets=t.offsets, stream_hash=stream_hash,
-            transactional_id=txid,
+            transactional_id=txid, domains=t.domains,
         )  # fmt: skip
 
     setup_s = time.perf_counter() - started
     loop_started = time.perf_counter()
     tx_s = 0.0
     done = False
-    for chunk in stage_chunks(rechunk(stream, per_message), per_chunk, encoder):  # reads and tokenizes
+    for chunk in stage_chunks(stream, per_chunk, encoder):  # reads and tokenizes
         t0 = time.perf_counter()
         txs.write_chunk(chunk, partial(completion if chunk.last else progress_record, stream_hash=chunk.stream_hash))
         tx_s += time.perf_counter() - t0
@@ -238,6 +251,15 @@ def produce_blocks(
         report.seconds, report.mb_per_s, report.offsets,
     )  # fmt: skip
     return report
+
+
+def _domain_report(t: BatchTotals, seq_len: int, packer: DomainPackers | None) -> dict[str, dict[str, int]]:
+    """Per-domain messages, blocks, real tokens, pad tokens (and documents, when the packer is at hand)."""
+    docs = {d: s["docs"] for d, s in packer.per_domain().items()} if packer else {}
+    return {
+        d: {**c, "tokens": c["blocks"] * seq_len - c["pad_tokens"], "docs": docs.get(d, 0)}
+        for d, c in sorted(t.domains.items())
+    }
 
 
 def _serve_stats(producer: Any, stats: KafkaStats | None, interval_ms: int) -> None:
@@ -274,9 +296,10 @@ class _StageTimer:
 
 
 def _timed_blocks(
-    texts: Iterable[str], tokenizer: Any, packer: BlockPacker, config: ProducerConfig, timer: _StageTimer
-) -> Iterator[np.ndarray]:
+    texts: Iterable[Document], tokenizer: Any, packer: DomainPackers, config: ProducerConfig, timer: _StageTimer
+) -> Iterator[StreamItem]:
     batches = prefetch_batches(texts, config.text_batch_docs, config.prefetch_batches)
+    tagged = False
     try:
         while True:
             t0 = time.perf_counter()
@@ -285,26 +308,26 @@ def _timed_blocks(
             timer.seconds["read"] += t1 - t0  # time spent waiting on the reader
             if batch is None:
                 break
-            ids = tokenizer.encode_batch(batch)
+            domains = [None if isinstance(d, str) else d[0] for d in batch]
+            ids = tokenizer.encode_batch([d if isinstance(d, str) else d[1] for d in batch])
             t2 = time.perf_counter()
-            out = packer.add(ids)
+            out = packer.add(ids, domains)
+            tagged = tagged or any(d is not None for d in domains)
             timer.seconds["tokenize"] += t2 - t1
             timer.seconds["pack"] += time.perf_counter() - t2
-            if len(out):
-                yield out
+            yield from (item if tagged else item[1] for item in out)
     finally:
         batches.close()
     t0 = time.perf_counter()
     last = packer.flush(pad=config.pad_tail)
     timer.seconds["pack"] += time.perf_counter() - t0
-    if len(last):
-        yield last
+    yield from (item if tagged else item[1] for item in last)
 
 
 def tokenize_and_produce(
     settings: KafkaSettings,
     topic: str,
-    texts: Iterable[str],
+    texts: Iterable[Document],
     *,
     tokenizer: Any,
     seq_len: int,
@@ -314,7 +337,11 @@ def tokenize_and_produce(
     transactional_id: str | None = None,
     config: ProducerConfig | None = None,
 ) -> ProduceReport:
-    """texts -> DeepSeek tokenizer (batch API) -> BlockPacker -> produce_blocks, with per-stage timings.
+    """texts -> DeepSeek tokenizer (batch API) -> BlockPacker per domain -> produce_blocks, with per-stage timings.
+
+    A text may be a `(domain, text)` pair: documents are then packed per domain (a block never mixes domains),
+    every message carries its `domain` header, and the report counts blocks, tokens and documents per domain.
+    Bare texts are packed and produced exactly as before (no domain header).
 
     `tokenizer` is a `TokenizerInfo`. Texts are only read when the ledger does not already hold
     this key; they are read ahead in a background thread (`config.prefetch_batches`).
@@ -323,7 +350,7 @@ def tokenize_and_produce(
     transactions (producing, waiting on Kafka, committing), visible the wait for the commit markers.
     """
     config = config or ProducerConfig()
-    packer = BlockPacker(seq_len, tokenizer.eos_id)
+    packer = DomainPackers(seq_len, tokenizer.eos_id)
     timer = _StageTimer()
     return produce_blocks(
         settings,

@@ -12,18 +12,38 @@ A retry of an interrupted batch skips the block prefix the ledger records as com
 content that changed under the same fingerprint raises LedgerConflictError instead of producing
 a mix of two versions. `StreamHasher` is the running xxh3-64 of the stream as little-endian
 uint32 bytes, independent of how it is cut into arrays, messages or chunks.
+
+Domains: the stream may carry `(domain, blocks)` pairs instead of bare arrays (`DomainBlocks`).
+`rechunk` then groups each domain's blocks into messages of its own, so a message never mixes
+domains, and emits a domain's message as soon as it is full; the short last messages follow in the
+order the domains first appeared. A bare array is domain None, and a stream of bare arrays is cut
+exactly as before. The prefix skip runs on the message stream (a committed prefix ends on a message
+boundary), so the retry's messages are the uninterrupted run's whatever the domains' interleaving.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Union
 
 import numpy as np
 import xxhash
 
 from pipeline_project.streaming.errors import LedgerConflictError
 from pipeline_project.streaming.format import TOKEN_DTYPE, Headers, count_padding, encode_message
+
+DomainBlocks = tuple[str | None, np.ndarray]
+StreamItem = Union[np.ndarray, DomainBlocks]  # noqa: UP007 - a runtime alias
+
+
+def split_item(item: StreamItem) -> DomainBlocks:
+    """(domain, blocks) of a stream item; a bare array is domain None."""
+    return (None, item) if isinstance(item, np.ndarray) else (item[0], item[1])
+
+
+def _same_kind(item: StreamItem, blocks: np.ndarray) -> StreamItem:
+    return blocks if isinstance(item, np.ndarray) else (item[0], blocks)
 
 
 class StreamHasher:
@@ -45,6 +65,7 @@ class StagedMessage:
     blocks: int
     pad_tokens: int
     padded_blocks: int
+    domain: str | None = None
 
 
 @dataclass
@@ -64,49 +85,65 @@ class Chunk:
         return sum(len(m.value) for m in self.messages)
 
 
-def rechunk(blocks_iter: Iterable[np.ndarray], per_message: int) -> Iterator[np.ndarray]:
-    """Regroup arbitrary (k, seq_len) arrays into messages of exactly `per_message` blocks (last may be short)."""
-    pending: list[np.ndarray] = []
-    have = 0
-    for blocks in blocks_iter:
+def rechunk(blocks_iter: Iterable[StreamItem], per_message: int) -> Iterator[StreamItem]:
+    """Regroup arbitrary (k, seq_len) arrays into messages of exactly `per_message` blocks (last may be short).
+
+    With `(domain, blocks)` items, per domain: a message holds one domain's blocks; items come out as
+    `(domain, message)` then, bare arrays as bare arrays.
+    """
+    pending: dict[str | None, list[np.ndarray]] = {}  # insertion order: the order domains first appeared
+    have: dict[str | None, int] = {}
+    tagged: dict[str | None, bool] = {}
+    for item in blocks_iter:
+        domain, blocks = split_item(item)
         if not len(blocks):
             continue
-        pending.append(blocks)
-        have += len(blocks)
-        if have < per_message:
+        tagged[domain] = not isinstance(item, np.ndarray)
+        pending.setdefault(domain, []).append(blocks)
+        have[domain] = have.get(domain, 0) + len(blocks)
+        if have[domain] < per_message:
             continue
-        joined = np.concatenate(pending) if len(pending) > 1 else pending[0]
-        n_full = (have // per_message) * per_message
+        parts = pending[domain]
+        joined = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        n_full = (have[domain] // per_message) * per_message
         for i in range(0, n_full, per_message):
-            yield joined[i : i + per_message]
+            yield _tag(domain, joined[i : i + per_message], tagged[domain])
         rest = joined[n_full:]
-        pending, have = ([rest], len(rest)) if len(rest) else ([], 0)
-    if have:
-        yield np.concatenate(pending) if len(pending) > 1 else pending[0]
+        pending[domain], have[domain] = ([rest], len(rest)) if len(rest) else ([], 0)
+    for domain, parts in pending.items():
+        if have[domain]:
+            yield _tag(domain, np.concatenate(parts) if len(parts) > 1 else parts[0], tagged[domain])
+
+
+def _tag(domain: str | None, blocks: np.ndarray, tagged: bool) -> StreamItem:
+    return (domain, blocks) if tagged else blocks
 
 
 def skip_blocks(
-    blocks_iter: Iterable[np.ndarray], n: int, *, expected_hash: str, hasher: StreamHasher, where: str
-) -> Iterator[np.ndarray]:
+    blocks_iter: Iterable[StreamItem], n: int, *, expected_hash: str, hasher: StreamHasher, where: str
+) -> Iterator[StreamItem]:
     """The stream without its first `n` blocks, which must hash (into `hasher`) to `expected_hash`.
+
+    Items are bare arrays or `(domain, blocks)` pairs (passed on as they came).
 
     The check runs before the first block after the prefix is handed on, so nothing is produced on a mismatch.
     """
     it = iter(blocks_iter)
     left, rest = n, None
     while left:
-        blocks = next(it, None)
-        if blocks is None:
+        item = next(it, None)
+        if item is None:
             raise LedgerConflictError(
                 f"{where}: an earlier attempt committed {n} blocks, but the input now yields only {n - left}; "
                 "the content changed under the same content hash"
             )
+        blocks = split_item(item)[1]
         if len(blocks) <= left:
             hasher.update(blocks)
             left -= len(blocks)
         else:
             hasher.update(blocks[:left])
-            rest, left = blocks[left:], 0
+            rest, left = _same_kind(item, blocks[left:]), 0
     _check_prefix(hasher, expected_hash, n, where)
     if rest is not None:
         yield rest
@@ -122,8 +159,8 @@ def _check_prefix(hasher: StreamHasher, expected: str, n: int, where: str) -> No
         )
 
 
-def stage_chunks(messages: Iterable[np.ndarray], messages_per_chunk: int, encoder: MessageEncoder) -> Iterator[Chunk]:
-    """Encode `messages` (block arrays) into chunks; looks one message ahead (not encoded) to mark the last one."""
+def stage_chunks(messages: Iterable[StreamItem], messages_per_chunk: int, encoder: MessageEncoder) -> Iterator[Chunk]:
+    """Encode `messages` (block arrays, or (domain, blocks)) into chunks; looks one message ahead (not encoded) to mark the last one."""
     it = iter(messages)
     head = next(it, None)
     while head is not None:
@@ -148,7 +185,8 @@ class MessageEncoder:
         self.seq_len = seq_len
         self.hasher = hasher
 
-    def __call__(self, blocks: np.ndarray) -> StagedMessage:
+    def __call__(self, message: StreamItem) -> StagedMessage:
+        domain, blocks = split_item(message)
         if blocks.ndim != 2 or blocks.shape[1] != self.seq_len:
             raise ValueError(f"block of length {blocks.shape[-1]} given, expected seq_len {self.seq_len}")
         pad, padded_blocks = count_padding(blocks)
@@ -158,6 +196,7 @@ class MessageEncoder:
             tokenizer_hash=self.tokenizer_hash,
             source=self.source,
             pad_tokens=pad,
+            domain=domain,
         )
         self.hasher.update(value)
-        return StagedMessage(value, headers, len(blocks), pad, padded_blocks)
+        return StagedMessage(value, headers, len(blocks), pad, padded_blocks, domain)

@@ -39,13 +39,16 @@ class BatchTotals:
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     resumed_blocks: int = 0  # committed by earlier attempts
     progress_written: bool = False  # a progress record of this batch is in the ledger
+    # per domain (messages with a domain header): {"messages", "blocks", "pad_tokens"}
+    domains: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @classmethod
     def from_progress(cls, p: ProgressRecord | None) -> BatchTotals:
         if p is None:
             return cls()
         return cls(p.transactions, p.messages, p.blocks, p.bytes, p.pad_tokens, p.padded_blocks, dict(p.offsets),
-                   resumed_blocks=p.blocks, progress_written=True)  # fmt: skip
+                   resumed_blocks=p.blocks, progress_written=True,
+                   domains={d: dict(c) for d, c in p.domains.items()})  # fmt: skip
 
     def plus(self, chunk: Chunk, offsets: dict[int, tuple[int, int]]) -> BatchTotals:
         return replace(
@@ -57,7 +60,20 @@ class BatchTotals:
             pad_tokens=self.pad_tokens + sum(m.pad_tokens for m in chunk.messages),
             padded_blocks=self.padded_blocks + sum(m.padded_blocks for m in chunk.messages),
             offsets=merge_ranges(self.offsets, offsets),
+            domains=_add_domains(self.domains, chunk),
         )
+
+
+def _add_domains(domains: dict[str, dict[str, int]], chunk: Chunk) -> dict[str, dict[str, int]]:
+    out = {d: dict(c) for d, c in domains.items()}
+    for m in chunk.messages:
+        if m.domain is None:
+            continue
+        c = out.setdefault(m.domain, {"messages": 0, "blocks": 0, "pad_tokens": 0})
+        c["messages"] += 1
+        c["blocks"] += m.blocks
+        c["pad_tokens"] += m.pad_tokens
+    return dict(sorted(out.items()))
 
 
 class BatchTransactions:

@@ -4,6 +4,7 @@
 still-open transaction do not count. It checks that every claimed range is readable up to its last
 offset and that the messages, blocks and pad tokens of the report's source add up to the report's counts;
 any difference raises ProducedDataMismatchError, a message off the wire format MalformedMessageError.
+A report with per-domain counts is also checked domain by domain against the messages' `domain` headers.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
     consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
     per_partition: dict[int, int] = {}
     messages = blocks = pad = 0
+    domains: dict[str, dict[str, int]] = {}
     try:
         consumer.assign([TopicPartition(topic, p, first) for p, (first, _) in report.offsets.items()])
         pending = dict(report.offsets)
@@ -69,6 +71,11 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
                 messages += 1
                 blocks += len(arr)
                 pad += header.pad_tokens
+                if header.domain is not None:
+                    d = domains.setdefault(header.domain, {"messages": 0, "blocks": 0, "pad_tokens": 0})
+                    d["messages"] += 1
+                    d["blocks"] += len(arr)
+                    d["pad_tokens"] += header.pad_tokens
     finally:
         consumer.close()
     if (messages, blocks, pad) != (report.messages, report.blocks, report.pad_tokens):
@@ -76,4 +83,13 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
             f"{topic}: read {messages} messages / {blocks} blocks / {pad} pad tokens in the claimed ranges, "
             f"the report claims {report.messages} / {report.blocks} / {report.pad_tokens}"
         )
-    return {"messages": messages, "blocks": blocks, "pad_tokens": pad, "messages_per_partition": per_partition}
+    claimed = {d: {k: c[k] for k in ("messages", "blocks", "pad_tokens")} for d, c in report.domains.items()}
+    if report.domains and dict(sorted(domains.items())) != dict(sorted(claimed.items())):
+        raise ProducedDataMismatchError(f"{topic}: read per domain {domains}, the report claims {claimed}")
+    return {
+        "messages": messages,
+        "blocks": blocks,
+        "pad_tokens": pad,
+        "messages_per_partition": per_partition,
+        "domains": domains,
+    }

@@ -23,7 +23,8 @@ from dagster_aws.s3 import S3Resource
 from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.mlflow import MlflowResource
-from pipeline_project.streaming.packing import BlockPacker
+from pipeline_project.streaming.format import PAD_TOKEN
+from pipeline_project.streaming.packing import DomainPackers
 from pipeline_project.streaming.producer import ProduceReport
 
 _S3: dict[str, dict[tuple[str, str], tuple[bytes, datetime]]] = {}
@@ -132,16 +133,26 @@ class MemoryKafkaResource(KafkaResource):
                      config: dict[str, Any] | None = None):  # fmt: skip
         self._state()["topics"].setdefault(name, [[] for _ in range(partitions)])
 
-    def produce_token_blocks(self, topic: str, texts: Iterable[str], *, seq_len: int, source: str, ledger_key: str,
-                             content_hash: str, max_message_bytes: int) -> ProduceReport:  # fmt: skip
+    def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
+                             source: str, ledger_key: str, content_hash: str,
+                             max_message_bytes: int) -> ProduceReport:  # fmt: skip
         state = self._state()
         existing = state["ledger"].get((topic, ledger_key))
         if existing is not None:
             existing.reused = True
             return existing
-        packer = BlockPacker(seq_len, EOS)
-        blocks = [packer.add([np.frombuffer(t.encode(), dtype=np.uint8).astype(np.uint32) + 1]) for t in texts]
-        blocks.append(packer.flush())
+        packer = DomainPackers(seq_len, EOS)  # a block never mixes domains, as in the real producer
+        blocks, domains = [], {}
+        for item in texts:
+            domain, text = (None, item) if isinstance(item, str) else item
+            for d, b in packer.add([np.frombuffer(text.encode(), dtype=np.uint8).astype(np.uint32) + 1], [domain]):
+                blocks.append(b)
+                _count_domain(domains, d, b, seq_len)
+        for d, b in packer.flush():
+            blocks.append(b)
+            _count_domain(domains, d, b, seq_len)
+        for d, s in packer.per_domain().items():
+            domains[d]["docs"] = s["docs"]
         joined = np.concatenate([b for b in blocks if len(b)] or [np.zeros((0, seq_len), dtype=np.uint32)])
         partitions = state["topics"][topic]
         offsets = {}
@@ -153,9 +164,9 @@ class MemoryKafkaResource(KafkaResource):
         report = ProduceReport(
             topic=topic, ledger_key=ledger_key, content_hash=content_hash, tokenizer_name="bytes",
             tokenizer_hash="bytes", seq_len=seq_len, offsets=offsets, messages=len(joined), blocks=len(joined),
-            tokens=int(joined.size) - packer.padded_tokens, bytes=int(joined.nbytes), seconds=0.0, mb_per_s=0.0,
-            transactional_id=f"memory.{ledger_key}", source=source, pad_tokens=packer.padded_tokens,
-            tail_tokens=packer.tail_tokens, transactions=1,
+            tokens=int(joined.size) - packer.stats()["padded_tokens"], bytes=int(joined.nbytes), seconds=0.0, mb_per_s=0.0,
+            transactional_id=f"memory.{ledger_key}", source=source, pad_tokens=packer.stats()["padded_tokens"],
+            tail_tokens=packer.tail_tokens, transactions=1, domains=dict(sorted(domains.items())),
         )  # fmt: skip
         state["ledger"][(topic, ledger_key)] = report
         return report
@@ -177,6 +188,17 @@ class MemoryKafkaResource(KafkaResource):
 
     def blocks(self, topic: str) -> list[tuple[str, np.ndarray]]:
         return [m for part in self._state()["topics"].get(topic, []) for m in part]
+
+
+def _count_domain(domains: dict, domain: str | None, blocks: np.ndarray, seq_len: int) -> None:
+    if domain is None:
+        return
+    c = domains.setdefault(domain, {"messages": 0, "blocks": 0, "tokens": 0, "pad_tokens": 0, "docs": 0})
+    pad = int((blocks == PAD_TOKEN).sum())
+    c["messages"] += len(blocks)  # one block per message here
+    c["blocks"] += len(blocks)
+    c["pad_tokens"] += pad
+    c["tokens"] += len(blocks) * seq_len - pad
 
 
 class MemoryMlflowResource(MlflowResource):

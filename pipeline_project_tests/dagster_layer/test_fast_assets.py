@@ -65,7 +65,14 @@ def test_ingest_graph_accounts_for_every_document_and_every_check_passes(instanc
     assert sum(c["dropped_by_reason"].values()) == c["dropped"] + c["quarantined"]
     t = meta["token_blocks"]
     assert t["blocks"] > 0 and t["reused_existing"] is False
-    assert t["tokens"] + t["pad_tokens"] == t["blocks"] * layout.seq_len and 0 < t["tail_tokens"] < layout.seq_len
+    # packed per domain: one partial tail block per domain at most, and the per-domain counts add up
+    domains = t["domains"]
+    assert len(domains) >= 2, domains
+    assert t["tokens"] + t["pad_tokens"] == t["blocks"] * layout.seq_len
+    assert 0 < t["tail_tokens"] < layout.seq_len * len(domains)
+    assert sum(d["blocks"] for d in domains.values()) == t["blocks"]
+    assert sum(d["tokens"] for d in domains.values()) == t["tokens"]
+    assert all(t[f"tokens_{d}"] == c["tokens"] for d, c in domains.items())
     assert res["kafka"].blocks(layout.topic) and all(src == batch for src, _ in res["kafka"].blocks(layout.topic))
     assert checks and all(checks.values()), checks
     assert MLFLOW_RUNS[-1]["tags"]["batch"] == batch
