@@ -98,6 +98,8 @@ def deepseek_checkpoint(
     mlflow: MlflowResource,
     trainer: TrainerResource,
 ):
+    from pipeline_project.cleaning.publish import manifest_key
+
     refuse_if_another_run_trains(context.instance, context.run.run_id)
     batches = _materialized_batches(context.instance)
     job = trainer.job_config(
@@ -110,6 +112,7 @@ def deepseek_checkpoint(
         mlflow_tracking_uri=mlflow.tracking_uri,
         dagster_run_id=context.run.run_id,
         partitions=batches,
+        shard_manifests={b: f"s3://{layout.bucket}/{manifest_key(layout.shard_dir(b))}" for b in batches},
     )
     context.log.info(f"training on topic {layout.topic} ({len(batches)} batches materialized)")
     return trainer.run(context, job)

@@ -57,6 +57,8 @@ class TrainerResource(dg.ConfigurableResource):
     (100, see `TrainConfig.checkpoint_every`); 0 checkpoints only at the end."""
     run_name: str = "deepseek"
     """Checkpoints live under <checkpoints_prefix><run_name>/; a new name starts a new lineage."""
+    registered_model: str | None = None
+    """MLflow registered model whose versions are this lineage's checkpoints; None: the run name; "": none."""
     nproc_per_node: int = 0
     """0 = one process per visible GPU (torchrun when more than one), one CPU process without GPUs."""
     seed: int | None = None
@@ -78,6 +80,7 @@ class TrainerResource(dg.ConfigurableResource):
         mlflow_tracking_uri: str,
         dagster_run_id: str,
         partitions: list[str],
+        shard_manifests: dict[str, str] | None = None,
     ) -> JobConfig:
         """The validated `JobConfig` of one materialization."""
         from pipeline_project.training.job import JobConfig
@@ -102,6 +105,9 @@ class TrainerResource(dg.ConfigurableResource):
                 "mlflow_tracking_uri": mlflow_tracking_uri,
                 "dagster_run_id": dagster_run_id,
                 "partitions": partitions,
+                "shard_manifests": shard_manifests or {},
+                "registered_model_name": (self.run_name if self.registered_model is None else self.registered_model)
+                or None,
                 "metrics_port": self.metrics_port,
                 **optional,
             }

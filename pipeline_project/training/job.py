@@ -60,6 +60,12 @@ class JobConfig(BaseModel):
     mlflow_run_name: str | None = None
     system_metrics_interval_s: float = 10.0
     log_model_to_mlflow: bool = True
+    registered_model_name: str | None = Field(
+        default=None, description="MLflow registered model that each checkpoint becomes a version of; None: none"
+    )
+    shard_manifests: dict[str, str] = Field(
+        default_factory=dict, description="data partition -> S3 URI of its cleaned-shard manifest (MLflow inputs)"
+    )
     dagster_run_id: str | None = None
     partitions: list[str] = Field(default_factory=list, description="data partitions this invocation consumes")
     work_dir: str | None = None  # local scratch for checkpoints; a temp dir by default
@@ -122,3 +128,7 @@ class TrainJobResult(BaseModel):
     wall_s: float
     dead_letters: int = 0  # malformed messages the loaders skipped, all ranks (0 when the loader does not count)
     mlflow_error: str | None = None  # the first MLflow failure; training and the checkpoint went on without it
+    registered_model: str | None = None  # MLflow registered model of this lineage's checkpoints
+    model_version: str | None = None  # its version for this invocation's last checkpoint (alias latest-checkpoint)
+    model_version_url: str | None = None
+    loss_curve_url: str | None = None  # the loss-curve PNG, served by the MLflow tracking server

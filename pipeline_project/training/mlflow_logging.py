@@ -2,7 +2,10 @@
 
 One run per invocation, tagged with the Dagster run id and the data partitions consumed; flat params
 (model config, optimisation settings, tokenizer) so two runs compare side by side; per-step metrics
-sent in batches; MLflow system metrics for that run id; the HF weights as a logged model.
+sent in batches through MLflow's async logging queue (`log_batch(synchronous=False)`), so the training rank
+never waits on the tracking server: a failed batch surfaces at the next flush or at `end()`, which waits
+`drain_timeout_s` at most; MLflow system metrics for that run id (GPU ones when `nvidia-ml-py` is
+installed); the HF weights as a logged model.
 
 Also the project's one `get_or_create_experiment` (safe when two processes create the same experiment at
 once) and its one `run_url`; the Dagster `MlflowResource` uses both. This module imports mlflow but neither
@@ -11,7 +14,9 @@ torch nor dagster (import it lazily from resources).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import importlib.util
 import json
 import logging
 import time
@@ -62,13 +67,23 @@ def _tracking_uri(uri: str) -> Iterator[None]:
 class MlflowRun:
     """One MLflow run for one training invocation. Create with `MlflowRun.start(...)`."""
 
-    def __init__(self, client: MlflowClient, tracking_uri: str, experiment_id: str, run_id: str, flush_every: int = 50):
+    def __init__(
+        self,
+        client: MlflowClient,
+        tracking_uri: str,
+        experiment_id: str,
+        run_id: str,
+        flush_every: int = 10,
+        drain_timeout_s: float = 30.0,
+    ):
         self.client = client
         self.tracking_uri = tracking_uri.rstrip("/")
         self.experiment_id = experiment_id
         self.run_id = run_id
         self.flush_every = flush_every
+        self.drain_timeout_s = drain_timeout_s
         self._pending: list[Metric] = []
+        self._in_flight: list[concurrent.futures.Future] = []  # async log_batch calls not yet checked
         self._system_monitor = None
 
     @classmethod
@@ -105,6 +120,7 @@ class MlflowRun:
         return run_url(self.tracking_uri, self.experiment_id, self.run_id)
 
     def start_system_metrics(self, interval_s: float = 10.0) -> None:
+        """MLflow's monitor (CPU, memory, disk, network; GPU through `pynvml` from `nvidia-ml-py` when installed)."""
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         self._system_monitor = SystemMetricsMonitor(
@@ -122,16 +138,39 @@ class MlflowRun:
         self.client.log_batch(self.run_id, tags=items, synchronous=True)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Buffered; sent with log_batch every `flush_every` steps' worth and on flush()/end()."""
+        """Buffered; handed to the async queue every `flush_every` steps' worth and on flush()/end()."""
         timestamp = int(time.time() * 1000)
         self._pending.extend(Metric(k, float(v), timestamp, step) for k, v in metrics.items())
         if len(self._pending) >= self.flush_every * max(1, len(metrics)):
             self.flush()
 
     def flush(self) -> None:
+        """Queue the buffered metrics (returns at once); raises the error of an earlier batch that failed."""
+        self._raise_failed(wait_s=None)
         pending, self._pending = self._pending, []
         for i in range(0, len(pending), _MAX_METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=pending[i : i + _MAX_METRICS_PER_BATCH], synchronous=True)
+            ops = self.client.log_batch(self.run_id, metrics=pending[i : i + _MAX_METRICS_PER_BATCH], synchronous=False)
+            self._in_flight.extend(getattr(ops, "_operation_futures", None) or [])
+
+    def drain(self, timeout_s: float | None = None) -> None:
+        """Wait (at most `timeout_s`, default `drain_timeout_s`) until every queued batch is logged; raises if one
+        failed or the time ran out."""
+        self.flush()
+        self._raise_failed(wait_s=self.drain_timeout_s if timeout_s is None else timeout_s)
+
+    def _raise_failed(self, wait_s: float | None) -> None:
+        if wait_s is not None and self._in_flight:
+            _done, not_done = concurrent.futures.wait(self._in_flight, timeout=wait_s)
+            if not_done:
+                raise TimeoutError(f"{len(not_done)} metric batches still queued after {wait_s:.0f} s")
+        still = []
+        for future in self._in_flight:
+            if not future.done():
+                still.append(future)
+            elif future.exception() is not None:
+                self._in_flight = []
+                raise future.exception()
+        self._in_flight = still
 
     def log_dict(self, data: Any, artifact_file: str) -> None:
         self.client.log_dict(self.run_id, data, artifact_file)
@@ -157,9 +196,21 @@ class MlflowRun:
             )
         return info.model_uri
 
+    def log_bytes(self, data: bytes, artifact_file: str) -> str:
+        """`data` as the run artifact `artifact_file` (a PNG, say); returns `artifact_file`."""
+        import tempfile
+        from pathlib import Path
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            path.write_bytes(data)
+            parent = str(Path(artifact_file).parent)
+            self.client.log_artifact(self.run_id, str(path), None if parent == "." else parent)
+        return artifact_file
+
     def end(self, status: str = "FINISHED") -> None:
         try:
-            self.flush()
+            self.drain()
         finally:
             if self._system_monitor is not None:
                 self._system_monitor.finish()
@@ -214,6 +265,7 @@ def start_job_run(
             topic=job.topic,
             preset=job.train.preset.name,
             resumed_from_step=resumed_from_step,
+            gpu_metrics=gpu_metrics_source(device),
         ),
         system_metrics_interval_s=job.system_metrics_interval_s,
     )
@@ -234,6 +286,18 @@ def start_job_run(
             run.end("FAILED")
         raise
     return run
+
+
+def gpu_metrics_source(device: str) -> str:
+    """Where the run's GPU system metrics come from: `nvidia-ml-py` (module `pynvml`, which MLflow's monitor uses
+    when importable), `none` on a CPU, or `missing` (a warning: a GPU run without that package logs no GPU metrics).
+    """
+    if not device.startswith("cuda"):
+        return "none"
+    if importlib.util.find_spec("pynvml") is not None:
+        return "nvidia-ml-py"
+    log.warning("GPU run without nvidia-ml-py: MLflow logs no GPU metrics (pip install nvidia-ml-py)")
+    return "missing"
 
 
 EXPERT_LOAD_TABLE = "expert_load.json"

@@ -3,7 +3,8 @@
 Only rank 0 opens the pipes connection; every other rank reports to its log alone. This module imports
 `dagster_pipes` (the small, dependency-free client), never `dagster`: the trainer runs without Dagster.
 `Reporter.materialize` turns a `TrainJobResult` into the asset materialization's metadata (the run URL as a
-url, offsets and positions as json, unset optional values left out).
+url, offsets and positions as json, the loss curve as markdown with the image MLflow serves, the registered
+model version and its URL, unset optional values left out).
 """
 
 from __future__ import annotations
@@ -62,7 +63,18 @@ def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
             metadata[key] = getattr(result, key)
     if result.mlflow_run_url:
         metadata["mlflow_run_url"] = {"raw_value": result.mlflow_run_url, "type": "url"}
+    if result.model_version:
+        metadata["registered_model"] = f"{result.registered_model} v{result.model_version}"
+        metadata["model_version_url"] = {"raw_value": result.model_version_url, "type": "url"}
+    if result.loss_curve_url:
+        metadata["loss_curve"] = {"raw_value": loss_curve_markdown(result), "type": "md"}
     return metadata
+
+
+def loss_curve_markdown(result: TrainJobResult) -> str:
+    """The loss-curve image (served by MLflow) with a line of figures under it, as the materialization shows it."""
+    figures = f"steps {result.start_step}\u2192{result.end_step}, final loss {result.final_loss:.4f}"
+    return f"![loss curve]({result.loss_curve_url})\n\n{figures} ([image]({result.loss_curve_url}))"
 
 
 @contextlib.contextmanager

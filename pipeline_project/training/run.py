@@ -14,7 +14,9 @@ Contract (every rank of a `torchrun` job calls `run_job`; rank 0 alone writes to
 4. saves an HF checkpoint + resume state to S3 (also every `train.checkpoint_every` steps) and moves
    `latest.json` to it last, with a conditional write on the `latest.json` this invocation read (or last
    wrote): if another invocation moved it, `CheckpointConflictError` and this checkpoint stays unreferenced.
-   Then it logs the weights to MLflow;
+   Each checkpoint `latest.json` moved to becomes a model version in MLflow's registry (lineage tags, alias
+   `latest-checkpoint`; `tracking.py`). At the end: the run's inputs (Kafka offsets, shard manifests), the
+   loss-curve PNG, then the weights as a logged model;
 5. returns the `TrainJobResult` (with the loader's `dead_letters`, malformed messages skipped, summed over
    ranks) and, under dagster-pipes, reports it as the asset materialization.
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,12 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.errors import CheckpointMismatchError
 from pipeline_project.training.job import JobConfig, TrainJobResult
-from pipeline_project.training.mlflow_logging import EXPERT_LOAD_TABLE, MlflowRun, split_expert_load, start_job_run
+from pipeline_project.training.mlflow_lineage import model_version_url
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.reporting import Reporter, pipes_if_present
 from pipeline_project.training.resume import TrainingState, build_training_state, make_resume_state
-from pipeline_project.training.trainer import StepMetrics, TrainResult, resolve_device, train
+from pipeline_project.training.tracking import Progress
+from pipeline_project.training.trainer import TrainResult, resolve_device, train
 
 
 def run_job(job: JobConfig) -> TrainJobResult:
@@ -66,14 +68,14 @@ def run_job(job: JobConfig) -> TrainJobResult:
         resume = _open_resume_point(inv)
         loader = _build_loader(inv, resume.state)
         start_states = distributed.all_gather_objects(loader.state_dict())
-        progress = _Progress(inv, resume.state)
+        progress = Progress(inv, resume.state, start_states)
         status = "FAILED"
         try:
             result = _train(inv, resume.state, loader, progress)
             end_states = distributed.all_gather_objects(result.data_state)
             dead_letters = sum(distributed.all_gather_objects(dead_letter_count(loader)))
-            ref = _save_final(inv, resume.state, result)
-            progress.log_final({"dead_letters": float(dead_letters)}, step=result.end_step)
+            ref = _save_final(inv, resume.state, result, progress)
+            progress.log_final({"dead_letters": float(dead_letters)}, step=result.end_step, end_states=end_states)
             model_uri = _log_model(inv, resume.state, progress)
             status = "FINISHED"
         finally:
@@ -191,80 +193,17 @@ def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
     return loader
 
 
-@dataclass
-class _Progress:
-    """The per-step callback (rank 0): keeps the metrics, logs them, and opens the MLflow run at the first step."""
-
-    inv: _Invocation
-    state: TrainingState
-    metrics: list[StepMetrics] = field(default_factory=list)
-    mlflow_run: MlflowRun | None = None
-    expert_load: dict[str, list] = field(default_factory=dict)  # per-expert loads: one table artifact at the end
-    mlflow_error: str | None = None  # the first MLflow failure; MLflow is skipped after it
-
-    def __call__(self, metrics: StepMetrics) -> None:
-        job = self.inv.job
-        self.metrics.append(metrics)
-        prom.record_train_step(metrics, rank=self.inv.dist.rank)
-        if job.mlflow_tracking_uri and self.mlflow_run is None and self.mlflow_error is None:
-            self.mlflow_run = self.mlflow("start the run", self._start_run)
-            if self.mlflow_run is not None:
-                self.inv.report.info(f"MLflow run {self.mlflow_run.url}")
-        if self.mlflow_run is not None:
-            summary = split_expert_load(metrics.as_metrics(), metrics.step, self.expert_load)
-            self.mlflow("log metrics", self.mlflow_run.log_metrics, summary, step=metrics.step)
-        self.inv.report.info(
-            f"step {metrics.step} loss {metrics.loss:.4f} lr {metrics.lr:.2e} {metrics.tokens_per_s:,.0f} tok/s "
-            f"data-wait {100 * metrics.data_wait_fraction:.1f}% lag {metrics.consumer_lag}"
-        )
-
-    def _start_run(self) -> MlflowRun:
-        return start_job_run(
-            self.inv.job,
-            model_config=self.state.model.config.to_dict(),
-            tokenizer=self.inv.tokenizer,
-            resumed_from_step=self.state.step,
-            world_size=self.inv.dist.world_size,
-            device=str(self.inv.device),
-        )
-
-    def mlflow(self, what: str, call: Callable[..., Any], *args: Any, last_attempt: bool = False, **kwargs: Any):
-        """`call(*args, **kwargs)`, or None when it fails or an earlier MLflow call failed.
-
-        A failure is a warning, never an error: training and checkpoints go on without MLflow.
-        """
-        if self.mlflow_error is not None and not last_attempt:
-            return None
-        try:
-            return call(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - any MLflow failure: connection, server error, artifact store
-            error = f"{what}: {type(exc).__name__}: {exc}"[:500]
-            self.mlflow_error = self.mlflow_error or error
-            self.inv.report.warning(f"MLflow unavailable, training goes on without it ({error})")
-            return None
-
-    def log_final(self, metrics: dict[str, float], step: int) -> None:
-        if self.mlflow_run is not None and self.inv.dist.is_main:
-            self.mlflow("log final metrics", self.mlflow_run.log_metrics, metrics, step=step)
-            if self.expert_load:
-                self.mlflow("log expert load", self.mlflow_run.log_table, self.expert_load, EXPERT_LOAD_TABLE)
-
-    def end(self, status: str) -> None:
-        if self.mlflow_run is not None:
-            self.mlflow("end the run", self.mlflow_run.end, status, last_attempt=True)
-
-
 def dead_letter_count(loader: Any) -> int:
     """Malformed messages this rank's loader skipped (0 for a loader that does not count them)."""
     return int(loader.metrics().get("dead_letters", 0) or 0)
 
 
-def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, progress: _Progress) -> TrainResult:
+def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, progress: Progress) -> TrainResult:
     cfg = inv.cfg
     tokens_per_step = cfg.batch_size * cfg.seq_len * inv.dist.world_size
 
     def mid_run_checkpoint(step: int, data_state: Any) -> None:
-        _save_checkpoint(inv, state, step, (step - state.step) * tokens_per_step, data_state)
+        _save_checkpoint(inv, state, step, (step - state.step) * tokens_per_step, data_state, progress)
 
     return train(
         cfg,
@@ -287,9 +226,10 @@ def _loader_lag(inv: _Invocation, loader: KafkaBlockLoader) -> int:
 
 
 def _save_checkpoint(
-    inv: _Invocation, state: TrainingState, step: int, tokens: int, data_state: Any
+    inv: _Invocation, state: TrainingState, step: int, tokens: int, data_state: Any, progress: Progress
 ) -> CheckpointRef | None:
-    """Gather every rank's data position (a collective: every rank calls), then rank 0 saves and uploads."""
+    """Gather every rank's data position (a collective: every rank calls), then rank 0 saves, uploads and
+    registers the checkpoint in MLflow's Model Registry."""
     data_states = distributed.all_gather_objects(data_state)
     if not inv.dist.is_main:
         return None
@@ -316,10 +256,13 @@ def _save_checkpoint(
         shutil.rmtree(local, ignore_errors=True)  # uploaded (or refused): the local copy is not needed
     lineage.last_saved = lineage.pointer.ref
     inv.report.info(f"checkpoint step {step} -> {lineage.last_saved.uri}")
+    progress.register_checkpoint(lineage.last_saved, data_states)
     return lineage.last_saved
 
 
-def _save_final(inv: _Invocation, state: TrainingState, result: TrainResult) -> CheckpointRef | None:
+def _save_final(
+    inv: _Invocation, state: TrainingState, result: TrainResult, progress: Progress
+) -> CheckpointRef | None:
     """The checkpoint after the last trained step; none when nothing was trained. When the loop's own
     checkpoint fell on the last step, that one is it (same step, same data position). Every rank takes
     the same branch: `_save_checkpoint` is a collective."""
@@ -328,10 +271,10 @@ def _save_final(inv: _Invocation, state: TrainingState, result: TrainResult) -> 
     every = inv.cfg.checkpoint_every
     if every and result.end_step % every == 0:
         return inv.lineage.last_saved  # rank 0's; None on the other ranks, as _save_checkpoint answers there
-    return _save_checkpoint(inv, state, result.end_step, result.tokens, result.data_state)
+    return _save_checkpoint(inv, state, result.end_step, result.tokens, result.data_state, progress)
 
 
-def _log_model(inv: _Invocation, state: TrainingState, progress: _Progress) -> str | None:
+def _log_model(inv: _Invocation, state: TrainingState, progress: Progress) -> str | None:
     if progress.mlflow_run is None or not inv.job.log_model_to_mlflow or not inv.dist.is_main:
         return None
     return progress.mlflow("log the model", progress.mlflow_run.log_model, state.model, inv.tokenizer.tokenizer)
@@ -340,7 +283,7 @@ def _log_model(inv: _Invocation, state: TrainingState, progress: _Progress) -> s
 def _result(
     inv: _Invocation,
     resume: _ResumePoint,
-    progress: _Progress,
+    progress: Progress,
     result: TrainResult,
     *,
     start_states: list[Any],
@@ -384,6 +327,14 @@ def _result(
         wall_s=wall_s,
         dead_letters=dead_letters,
         mlflow_error=progress.mlflow_error,
+        registered_model=progress.registered_model if progress.model_version else None,
+        model_version=progress.model_version,
+        model_version_url=(
+            model_version_url(inv.job.mlflow_tracking_uri, progress.registered_model, progress.model_version)
+            if progress.model_version
+            else None
+        ),
+        loss_curve_url=progress.loss_curve_url,
     )
 
 
