@@ -56,6 +56,7 @@ class Batch:
     pad_tokens: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     skipped: list[SkippedRange] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)  # mixture: domains that ran dry while assembling it
 
 
 @dataclass
@@ -63,6 +64,40 @@ class End:
     state: dict[str, Any] | None  # position after trailing transaction markers, if no block was pending
     dead_letters: list[DeadLetter] = field(default_factory=list)
     skipped: list[SkippedRange] = field(default_factory=list)
+    events: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Pending:
+    """The batch being assembled: its tensor (and numpy view), rows filled, and what was met on the way."""
+
+    out: torch.Tensor
+    arr: np.ndarray
+    trace: list[tuple[int, int, int]] | None
+    fill: int = 0
+    pad: int = 0
+    letters: list[DeadLetter] = field(default_factory=list)
+    skipped: list[SkippedRange] = field(default_factory=list)
+    budget: int | None = None  # dead letters still allowed in this run
+
+
+class Stream:
+    """One interleaved stream of blocks: readers, the interleave, and its position (updated in place)."""
+
+    def __init__(
+        self,
+        readers: Sequence[PartitionReader],
+        il: Interleaver,
+        cursors: dict[int, Cursor],
+        current: int | None,
+        live: set[int],
+    ):
+        self.readers = tuple(readers)
+        self.reader_of = {p: r for r in self.readers for p in r.partitions}
+        self.il = il
+        self.cursors = cursors
+        self.current = current
+        self.live = live
 
 
 class BatchAssembler:
@@ -85,7 +120,6 @@ class BatchAssembler:
         allow_data_loss: bool = False,
     ):
         self.readers = tuple(readers)
-        self.reader_of = {p: r for r in self.readers for p in r.partitions}
         self.topic = topic
         self.batch_size = batch_size
         self.seq_len = seq_len
@@ -107,99 +141,109 @@ class BatchAssembler:
         dead_letter_budget: int | None = None,
     ) -> Iterator[Batch | End]:
         """Batches from position (`cursors`, `current`) over the `live` partitions; updates both in place."""
-        B, L = self.batch_size, self.seq_len
-        ends = self.end_offsets
-        streaming = ends is None
+        stream = Stream(self.readers, il, cursors, current, live)
         budget = dead_letter_budget
         while not self.stop.is_set():
-            out = torch.empty((B, L), dtype=torch.int64, pin_memory=self.pin_memory)
-            arr = out.numpy()
-            trace: list[tuple[int, int, int]] | None = [] if self.trace else None
-            fill = pad = 0
-            letters: list[DeadLetter] = []
-            skipped: list[SkippedRange] = []
-            while fill < B:
-                if self.stop.is_set():
+            acc = self._new_batch(budget)
+            while acc.fill < self.batch_size:
+                n = self.take(stream, acc, self.batch_size - acc.fill)
+                if n is None:
                     return
-                if current is None:
-                    if streaming:
-                        ready = self._wait_ready(live)
-                        if ready is None:
-                            yield self._end(fill, cursors, current, letters, skipped)
-                            return
-                        current = il.next_partition(ready)
-                    else:
-                        current = il.next_partition(live)
-                        if current is None:
-                            yield self._end(fill, cursors, current, letters, skipped)
-                            return
-                p = current
-                reader = self.reader_of[p]
-                buf = reader.buffers[p]
-                if not buf and not self._wait_for(reader, p):
-                    yield self._end(fill, cursors, current, letters, skipped)  # streaming mode only: idle timeout
+                if n == 0:
+                    yield self._end(acc.fill, stream.cursors, stream.current, acc.letters, acc.skipped)
                     return
-                head = buf[0]
-                c = cursors[p]
-                if head.error is not None:
-                    buf.popleft()
-                    if isinstance(head.error, MalformedMessageError):
-                        letters.append(self._dead_letter(head))
-                        if budget is not None and len(letters) > budget:
-                            raise DeadLetterLimitError(
-                                f"more than {dead_letter_budget} malformed messages in {self.topic} (max_dead_letters);"
-                                f" the last: {head.error}"
-                            ) from head.error
-                        after = head.offset + 1
-                    elif isinstance(head.error, DataLossError) and self.allow_data_loss:
-                        skipped.append(SkippedRange(p, c.offset, head.offset))
-                        after = head.offset
-                    else:
-                        raise head.error
-                    cursors[p] = Cursor(after)
-                    current = None
-                    if ends is not None and after >= ends[p]:
-                        live.discard(p)
-                    reader.drained(p)
-                    continue
-                if head.blocks is None:  # position marker: end of partition / transaction markers
-                    buf.popleft()
-                    if head.offset > c.offset:
-                        cursors[p] = Cursor(head.offset)
-                    if ends is not None and cursors[p].offset >= ends[p]:
-                        live.discard(p)
-                        current = None
-                    elif streaming:
-                        current = None
-                    reader.drained(p)
-                    continue
-                if head.offset < c.offset:  # before the resume point (cannot happen after a seek)
-                    buf.popleft()
-                    continue
-                first = c.block if head.offset == c.offset else 0
-                n = head.blocks.shape[0]
-                take = min(n - first, B - fill)
-                arr[fill : fill + take] = head.blocks[first : first + take]
-                if head.pad_tokens:
-                    seg = arr[fill : fill + take]
-                    mask = seg == PAD_TOKEN
-                    pad += int(np.count_nonzero(mask))
-                    seg[mask] = -1
-                if trace is not None:
-                    trace.extend((p, head.offset, b) for b in range(first, first + take))
-                fill += take
-                if first + take == n:
-                    buf.popleft()
-                    cursors[p] = Cursor(head.offset + 1)
-                    current = None
-                    if ends is not None and head.offset + 1 >= ends[p]:
-                        live.discard(p)
-                    reader.drained(p)
-                else:
-                    cursors[p] = Cursor(head.offset, first + take)
             if budget is not None:
-                budget -= len(letters)
-            yield Batch(out, self.snapshot(cursors, current), trace, pad, letters, skipped)
+                budget -= len(acc.letters)
+            yield Batch(acc.out, self.snapshot(stream.cursors, stream.current), acc.trace, acc.pad, acc.letters,
+                        acc.skipped)  # fmt: skip
+
+    def _new_batch(self, budget: int | None) -> Pending:
+        out = torch.empty((self.batch_size, self.seq_len), dtype=torch.int64, pin_memory=self.pin_memory)
+        return Pending(out, out.numpy(), [] if self.trace else None, budget=budget)
+
+    def take(self, s: Stream, acc: Pending, want: int) -> int | None:
+        """Copy up to `want` blocks of `s`'s next message into `acc`; the blocks copied (>= 1), 0 when the stream
+        ended (bounded: no live partition left; streaming: `idle_timeout_s` without data), None when stopped."""
+        ends = self.end_offsets
+        streaming = ends is None
+        cursors, live = s.cursors, s.live
+        while True:
+            if self.stop.is_set():
+                return None
+            if s.current is None:
+                if streaming:
+                    ready = self._wait_ready(live, s.readers)
+                    if ready is None:
+                        return 0
+                    s.current = s.il.next_partition(ready)
+                else:
+                    s.current = s.il.next_partition(live)
+                    if s.current is None:
+                        return 0
+            p = s.current
+            reader = s.reader_of[p]
+            buf = reader.buffers[p]
+            if not buf and not self._wait_for(reader, p):
+                return 0  # streaming mode only: idle timeout
+            head = buf[0]
+            c = cursors[p]
+            if head.error is not None:
+                buf.popleft()
+                if isinstance(head.error, MalformedMessageError):
+                    acc.letters.append(self._dead_letter(head))
+                    if acc.budget is not None and len(acc.letters) > acc.budget:
+                        raise DeadLetterLimitError(
+                            f"more than {acc.budget} malformed messages in {self.topic} (max_dead_letters);"
+                            f" the last: {head.error}"
+                        ) from head.error
+                    after = head.offset + 1
+                elif isinstance(head.error, DataLossError) and self.allow_data_loss:
+                    acc.skipped.append(SkippedRange(p, c.offset, head.offset))
+                    after = head.offset
+                else:
+                    raise head.error
+                cursors[p] = Cursor(after)
+                s.current = None
+                if ends is not None and after >= ends[p]:
+                    live.discard(p)
+                reader.drained(p)
+                continue
+            if head.blocks is None:  # position marker: end of partition / transaction markers / another domain
+                buf.popleft()
+                if head.offset > c.offset:
+                    cursors[p] = Cursor(head.offset)
+                if ends is not None and cursors[p].offset >= ends[p]:
+                    live.discard(p)
+                    s.current = None
+                elif streaming:
+                    s.current = None
+                reader.drained(p)
+                continue
+            if head.offset < c.offset:  # before the resume point (cannot happen after a seek)
+                buf.popleft()
+                continue
+            first = c.block if head.offset == c.offset else 0
+            n = head.blocks.shape[0]
+            take = min(n - first, want)
+            seg = acc.arr[acc.fill : acc.fill + take]
+            seg[:] = head.blocks[first : first + take]
+            if head.pad_tokens:
+                mask = seg == PAD_TOKEN
+                acc.pad += int(np.count_nonzero(mask))
+                seg[mask] = -1
+            if acc.trace is not None:
+                acc.trace.extend((p, head.offset, b) for b in range(first, first + take))
+            acc.fill += take
+            if first + take == n:
+                buf.popleft()
+                cursors[p] = Cursor(head.offset + 1)
+                s.current = None
+                if ends is not None and head.offset + 1 >= ends[p]:
+                    live.discard(p)
+                reader.drained(p)
+            else:
+                cursors[p] = Cursor(head.offset, first + take)
+            return take
 
     def _end(
         self,
@@ -236,15 +280,15 @@ class BatchAssembler:
                 )
         return True
 
-    def _wait_ready(self, live: set[int]) -> set[int] | None:
+    def _wait_ready(self, live: set[int], readers: Sequence[PartitionReader]) -> set[int] | None:
         """Streaming: partitions with fetched entries; None after idle_timeout_s without any."""
         deadline = time.monotonic() + self.idle_timeout_s
         while not self.stop.is_set():
-            ready = {p for r in self.readers for p, b in r.buffers.items() if b and p in live}
+            ready = {p for r in readers for p, b in r.buffers.items() if b and p in live}
             if ready:
                 return ready
             if time.monotonic() > deadline:
                 return None
-            for r in self.readers:
-                r.fill(self.poll_timeout_s / len(self.readers))
+            for r in readers:
+                r.fill(self.poll_timeout_s / len(readers))
         return None

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline_project.settings import DEFAULT_TOPIC, DistEnv
 from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.mixture import MixtureConfig
 
 DEAD_LETTER_SUFFIX = ".dlq"
 
@@ -60,6 +61,9 @@ class LoaderConfig(BaseModel):
     # also produce each dead letter (original value and headers, plus dlq.* headers) to this topic, e.g.
     # dead_letter_topic_for(topic); it is created compacted, keyed by topic/partition/offset
     dead_letter_topic: str | None = None
+    # draw blocks by domain (their `domain` header) at these proportions (`mixture.py`, `mixture_loader.py`);
+    # None: every block in the interleave order, exactly as without domains
+    mixture: MixtureConfig | None = None
 
     @model_validator(mode="after")
     def _rank_in_world(self) -> LoaderConfig:

@@ -18,6 +18,12 @@ What lands in a buffer:
   `offset` is consumed or a transaction marker; in bounded mode, the partition reached its end
   offset (the marker's offset is the end offset) and stays paused for good.
 
+Domain streams (a loader drawing a mixture): a reader built with `domain` keeps only that domain's messages
+(by their `domain` header, read before the payload is touched); another domain's message becomes a position
+marker past it (consecutive ones collapse into one marker). A message whose header cannot be read is a
+malformed entry only for the `primary` reader (so it is dead-lettered once), a marker for the others.
+`outside_blocks` counts the blocks the primary reader fetched of domains not in `known_domains`.
+
 A partition whose buffer reaches `max_buffered_messages` is paused, and resumed by `drained()` once
 half of it is delivered. Fatal or non-retriable consumer errors raise `KafkaException`.
 """
@@ -33,7 +39,7 @@ import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline_project.streaming.errors import DataLossError, MalformedMessageError
-from pipeline_project.streaming.format import decode_blocks
+from pipeline_project.streaming.format import decode_blocks, read_header
 from pipeline_project.streaming.kafka_client import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -65,6 +71,9 @@ class PartitionReader:
         consume_messages: int,
         max_buffered_messages: int,
         allow_data_loss: bool = False,
+        domain: str | None = None,
+        primary: bool = True,
+        known_domains: frozenset[str] = frozenset(),
     ):
         self.kafka = kafka
         self.topic = topic
@@ -77,6 +86,10 @@ class PartitionReader:
         self.consume_messages = consume_messages
         self.max_buffered_messages = max_buffered_messages
         self.allow_data_loss = allow_data_loss
+        self.domain = domain  # None: every message (no mixture)
+        self.primary = primary
+        self.known_domains = known_domains
+        self.outside_blocks: dict[str, int] = {}  # primary domain reader: fetched blocks of unlisted domains
         self.buffers: dict[int, deque[BufferEntry]] = {p: deque() for p in self.partitions}
         self.paused: set[int] = set()
         self.ended: set[int] = set()  # bounded mode: reached the end offset, paused for good
@@ -137,6 +150,8 @@ class PartitionReader:
                     self.ended.add(p)
                     self._pause(p)
                 continue
+            if self.domain is not None and not self._mine(p, msg):
+                continue
             try:
                 header, blocks = decode_blocks(
                     msg.value(),
@@ -153,6 +168,30 @@ class PartitionReader:
             if len(self.buffers[p]) >= self.max_buffered_messages:
                 self._pause(p)
         return len(msgs)
+
+    def _mine(self, p: int, msg) -> bool:
+        """Domain stream: is the message of this reader's domain? Otherwise it becomes a marker past it."""
+        try:
+            header = read_header(msg.headers(), topic=self.topic, partition=p, offset=msg.offset())
+        except MalformedMessageError:
+            if self.primary:
+                return True  # decoded (and dead-lettered) below
+            domain = None
+        else:
+            domain = header.domain
+            if domain == self.domain:
+                return True
+            if self.primary and domain not in self.known_domains:
+                key = domain if domain is not None else ""
+                self.outside_blocks[key] = self.outside_blocks.get(key, 0) + header.blocks
+        buf = self.buffers[p]
+        if buf and buf[-1].blocks is None and buf[-1].error is None:
+            buf[-1].offset = msg.offset() + 1  # collapse into the marker before it
+        else:
+            buf.append(BufferEntry(msg.offset() + 1))
+            if len(buf) >= self.max_buffered_messages:
+                self._pause(p)
+        return False
 
     def _offset_gone(self, p: int, wanted: int, text: str) -> None:
         """The fetch offset of partition p is out of range: its records were deleted (or the topic replaced)."""

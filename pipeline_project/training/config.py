@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from pipeline_project.streaming.mixture import MixtureConfig
 from pipeline_project.training.errors import PresetError
 
 PRESET_VERSION = 1
@@ -67,6 +68,10 @@ class TrainConfig(BaseModel):
     # presets, whose weights + AdamW state take longer to upload (small: ~1.3 GB per checkpoint).
     checkpoint_every: int | None = 100
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Draw blocks by domain at these proportions, e.g. {"proportions": {"en_web": 0.5, "zh_web": 0.3, "code": 0.15,
+    # "books": 0.05}, "on_domain_exhausted": "wait"} (streaming/mixture.py). None: every block of the topic, in
+    # the loader's interleave order, as without domains. May change between checkpoints (no block is replayed).
+    mixture: MixtureConfig | None = None
 
     @field_validator("max_steps", "checkpoint_every")
     @classmethod

@@ -36,6 +36,7 @@ import torch
 
 from pipeline_project import metrics as prom
 from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
+from pipeline_project.streaming.mixture_loader import make_loader
 from pipeline_project.streaming.tokenizer import TokenizerInfo, load_tokenizer
 from pipeline_project.training import distributed
 from pipeline_project.training.checkpoint import (
@@ -50,6 +51,7 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.errors import CheckpointMismatchError
 from pipeline_project.training.job import JobConfig, TrainJobResult
+from pipeline_project.training.mixture_report import MixtureReport, final_mixture_metrics
 from pipeline_project.training.mlflow_lineage import model_version_url
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.reporting import Reporter, pipes_if_present
@@ -68,14 +70,15 @@ def run_job(job: JobConfig) -> TrainJobResult:
         resume = _open_resume_point(inv)
         loader = _build_loader(inv, resume.state)
         start_states = distributed.all_gather_objects(loader.state_dict())
-        progress = Progress(inv, resume.state, start_states)
+        progress = Progress(inv, resume.state, start_states, mixture=MixtureReport.of(loader))
         status = "FAILED"
         try:
             result = _train(inv, resume.state, loader, progress)
             end_states = distributed.all_gather_objects(result.data_state)
             dead_letters = sum(distributed.all_gather_objects(dead_letter_count(loader)))
             ref = _save_final(inv, resume.state, result, progress)
-            progress.log_final({"dead_letters": float(dead_letters)}, step=result.end_step, end_states=end_states)
+            final = {"dead_letters": float(dead_letters), **final_mixture_metrics(start_states, end_states)}
+            progress.log_final(final, step=result.end_step, end_states=end_states)
             model_uri = _log_model(inv, resume.state, progress)
             status = "FINISHED"
         finally:
@@ -170,9 +173,9 @@ def _open_resume_point(inv: _Invocation) -> _ResumePoint:
 
 
 def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
-    """This rank's Kafka loader (bounded mode), positioned where the checkpoint's loader stopped."""
+    """This rank's Kafka loader (bounded mode; by domain with `train.mixture`), where the checkpoint's stopped."""
     cfg = inv.cfg
-    loader = KafkaBlockLoader(
+    loader = make_loader(
         LoaderConfig(
             kafka=inv.job.kafka,
             topic=inv.job.topic,
@@ -186,6 +189,7 @@ def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
             seed=cfg.seed,
             expected_tokenizer_hash=inv.tokenizer.hash,
             device="cpu",
+            mixture=cfg.mixture,
         )
     )
     if state.data_states:

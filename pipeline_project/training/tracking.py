@@ -41,6 +41,7 @@ class Progress:
     mlflow_error: str | None = None  # the first MLflow failure; MLflow is skipped after it
     model_version: str | None = None  # the newest registered version of this invocation's checkpoints
     loss_curve_url: str | None = None
+    mixture: Any = None  # mixture_report.MixtureReport with `train.mixture`: realized shares, dry-domain events
 
     def __call__(self, metrics: StepMetrics) -> None:
         job = self.inv.job
@@ -52,6 +53,10 @@ class Progress:
                 self.inv.report.info(f"MLflow run {self.mlflow_run.url}")
         if self.mlflow_run is not None:
             summary = split_expert_load(metrics.as_metrics(), metrics.step, self.expert_load)
+            if self.mixture is not None:
+                summary.update(self.mixture.step_metrics())
+                if tags := self.mixture.take_tags():
+                    self.mlflow("tag dry domains", self.mlflow_run.set_tags, tags)
             self.mlflow("log metrics", self.mlflow_run.log_metrics, summary, step=metrics.step)
         self.inv.report.info(
             f"step {metrics.step} loss {metrics.loss:.4f} lr {metrics.lr:.2e} {metrics.tokens_per_s:,.0f} tok/s "

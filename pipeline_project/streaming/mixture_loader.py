@@ -1,0 +1,323 @@
+"""A `KafkaBlockLoader` that draws blocks by domain at configured proportions (`LoaderConfig.mixture`).
+
+    loader = make_loader(LoaderConfig(..., mixture=MixtureConfig(proportions={"en_web": 0.7, "code": 0.3})))
+
+How it reads: every domain of the mixture is its own block stream over this rank's partitions, with its own
+consumers (`PartitionReader(domain=...)`, which keep that domain's messages by their `domain` header and pass
+over the others), its own seeded interleave and its own cursors. `RankMixture` (`mixture.py`) names the domain
+of every block of the batch; that domain's stream delivers its next block. So the per-domain cursors are exact
+positions, each stream seeks straight to its own on resume, and nothing is buffered beyond the readers'
+bounded buffers, whatever the proportions and however the domains are spread over the partitions. The price:
+each domain's consumers fetch the whole of the rank's partitions (read amplification = number of domains).
+
+State (`state_dict()`): the plain loader's fields, with `partitions` the low watermark (per partition the
+lowest domain cursor: everything before it is consumed or of no mixture domain), and `mixture` holding the
+config, the rank's sampler state and every domain's cursors, current partition and interleave state. Resume:
+
+* same proportions, seed and layout: the identical block sequence;
+* other proportions (changed between checkpoints): every domain continues at its own cursors, so no block
+  is replayed or skipped; the new proportions hold from the first new draw on (`MixtureSampler`);
+* a domain new to the mixture starts at the low watermark; a domain left out keeps its saved cursors in
+  the state (`retired`), so adding it back later skips nothing either;
+* a plain (no-mixture) state: every domain starts at its cursors;
+* another world size: per-domain cursors merged over the ranks (`mixture.merge_mixture_states`).
+
+A plain loader given a mixture state resumes at the low watermark: the blocks of the domains that were
+ahead of it are read again (switching the mixture off is the one change that replays).
+
+Events: every domain that runs dry is recorded in `loader.mixture_events` (domain, policy, rank, the global
+draws so far) when the batch or the end it came with is delivered; `metrics()["mixture"]` has the realized
+and target proportions. Blocks of domains outside the mixture are never drawn; the primary domain's readers
+count what they fetched of them (`outside_blocks`, approximate: counted at fetch time).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pipeline_project.streaming.assembler import Batch, BatchAssembler, End, Stream
+from pipeline_project.streaming.errors import StateError
+from pipeline_project.streaming.loader import KafkaBlockLoader
+from pipeline_project.streaming.loader_config import LoaderConfig
+from pipeline_project.streaming.mixture import MixtureSampler, RankMixture
+from pipeline_project.streaming.partition_reader import PartitionReader
+from pipeline_project.streaming.preflight import check_cursors, partition_bounds
+from pipeline_project.streaming.state import Cursor, Interleaver, make_state, merge_states, parse_cursors, same_layout
+
+log = logging.getLogger(__name__)
+
+
+def make_loader(cfg: LoaderConfig) -> KafkaBlockLoader:
+    """The plain loader, or the mixture loader when `cfg.mixture` is set."""
+    return MixtureBlockLoader(cfg) if cfg.mixture is not None else KafkaBlockLoader(cfg)
+
+
+@dataclass(frozen=True)
+class DomainExhausted:
+    domain: str
+    policy: str
+    rank: int
+    draws: int  # global draws since the proportions were set, when it ran dry
+    delivered: int  # blocks this rank had delivered
+    at: float
+
+
+def domain_seed(seed: int, domain: str) -> int:
+    return seed * 1_000_003 + zlib.crc32(domain.encode())
+
+
+def _cursors_of(partitions: Mapping[str, Any]) -> dict[int, Cursor]:
+    return {int(p): Cursor(int(c["offset"]), int(c.get("block", 0))) for p, c in partitions.items()}
+
+
+def _order(c: Cursor) -> tuple[int, int]:
+    return (c.offset, c.block)
+
+
+def merge_mixture_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`state.merge_states` (low watermarks), plus every domain's cursors merged over the ranks' states.
+
+    The sampler state is rank 0's (every rank's is the same at batch boundaries unless a domain was
+    renormalized away on one rank only); the merged position restarts at a step boundary.
+    """
+    merged = merge_states(states)
+    mixtures = [s["mixture"] for s in sorted(states, key=lambda s: s.get("rank") or 0) if s.get("mixture")]
+    if not mixtures:
+        return merged
+    domains: dict[str, Any] = {}
+    for m in mixtures:
+        for d, saved in {**m.get("retired", {}), **m["domains"]}.items():
+            entry = domains.setdefault(d, {"partitions": {}, "current": None, "interleave": None})
+            entry["partitions"].update(saved["partitions"])
+    rank = dict(mixtures[0]["rank"], pos=0, delivered={})
+    merged["mixture"] = {"config": mixtures[0]["config"], "rank": rank, "domains": domains, "retired": {}}
+    return merged
+
+
+def _json_cursors(cursors: Mapping[int, Cursor]) -> dict[str, dict[str, int]]:
+    return {str(p): {"offset": c.offset, "block": c.block} for p, c in sorted(cursors.items())}
+
+
+class MixtureAssembler(BatchAssembler):
+    def run_mixture(
+        self, mix: RankMixture, streams: Mapping[str, Stream], policy: str, budget: int | None, snapshot: Any
+    ) -> Iterator[Batch | End]:
+        """Batches whose every row is drawn by `mix` from the stream of its domain."""
+        while not self.stop.is_set():
+            acc = self._new_batch(budget)
+            events: list[DomainExhausted] = []
+            while acc.fill < self.batch_size:
+                domain = mix.peek()
+                if domain is None:  # renormalize left no domain
+                    yield End(snapshot() if acc.fill == 0 else None, acc.letters, acc.skipped, events)
+                    return
+                n = self.take(streams[domain], acc, 1)
+                if n is None:
+                    return
+                if n == 1:
+                    mix.served()
+                    if acc.trace is not None:
+                        acc.trace[-1] = (*acc.trace[-1], domain)
+                    continue
+                if not events or events[-1].domain != domain:
+                    events.append(self._event(mix, domain, policy))
+                if policy == "renormalize":
+                    mix.exhaust(domain)
+                    continue
+                if policy == "wait" and self.end_offsets is None:
+                    continue  # streaming: keep waiting for this domain's next block
+                yield End(snapshot() if acc.fill == 0 else None, acc.letters, acc.skipped, events)
+                return
+            if budget is not None:
+                budget -= len(acc.letters)
+            yield Batch(acc.out, snapshot(), acc.trace, acc.pad, acc.letters, acc.skipped, events)
+
+    def _event(self, mix: RankMixture, domain: str, policy: str) -> DomainExhausted:
+        draws = sum(mix.sampler.since_change.values())
+        return DomainExhausted(domain, policy, mix.rank, draws, sum(mix.delivered.values()), time.time())
+
+
+class MixtureBlockLoader(KafkaBlockLoader):
+    """`KafkaBlockLoader` whose batches follow `cfg.mixture`; see the module docstring."""
+
+    def __init__(self, cfg: LoaderConfig):
+        if cfg.mixture is None:
+            raise ValueError("MixtureBlockLoader needs LoaderConfig.mixture")
+        super().__init__(cfg)
+        self.mixture = cfg.mixture
+        self.domains = tuple(cfg.mixture.proportions)
+        self.mixture_events: list[DomainExhausted] = []
+        self._retired: dict[str, Any] = {}  # saved domain positions of domains no longer in the mixture
+        self._readers = []
+        self.streams: dict[str, Stream] = {}
+        for i, d in enumerate(self.domains):
+            readers = [self._domain_reader(d, w, ps, primary=i == 0) for w, ps in self.workers.items()]
+            self._readers.extend(readers)
+            self.streams[d] = Stream(readers, self._domain_interleaver(d), dict(self._start_cursors), None, set())
+        self.mix = self._new_mix()
+        self._assembler = MixtureAssembler(
+            self._readers, topic=cfg.topic, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
+            end_offsets=self._end_offsets, idle_timeout_s=cfg.idle_timeout_s, poll_timeout_s=cfg.poll_timeout_s,
+            trace=cfg.trace, pin_memory=self.pin, snapshot=self._snapshot, stop=self._stop,
+            allow_data_loss=cfg.allow_data_loss,
+        )  # fmt: skip
+        self._delivered_state = self._mixture_snapshot()
+
+    def _domain_reader(self, domain: str, worker: int, partitions: Sequence[int], *, primary: bool) -> PartitionReader:
+        cfg = self.cfg
+        return PartitionReader(
+            cfg.kafka, cfg.topic, partitions, worker=worker, client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{worker}.{domain}",
+            seq_len=cfg.seq_len, expected_tokenizer_hash=cfg.expected_tokenizer_hash, end_offsets=self._end_offsets,
+            consume_messages=cfg.consume_messages, max_buffered_messages=cfg.max_buffered_messages,
+            allow_data_loss=cfg.allow_data_loss, domain=domain, primary=primary, known_domains=frozenset(self.domains),
+        )  # fmt: skip
+
+    def _domain_interleaver(self, domain: str) -> Interleaver:
+        return Interleaver(self.workers, seed=domain_seed(self.cfg.seed, domain), rank=self.cfg.rank)
+
+    def _new_mix(self) -> RankMixture:
+        cfg = self.cfg
+        sampler = MixtureSampler(cfg.mixture.proportions, seed=cfg.seed)
+        return RankMixture(sampler, rank=cfg.rank, world_size=cfg.world_size, batch_size=cfg.batch_size)
+
+    # -- state --------------------------------------------------------------------------------
+
+    def _mixture_snapshot(self) -> dict[str, Any]:
+        cfg = self.cfg
+        low = {p: min((s.cursors[p] for s in self.streams.values()), key=_order) for p in self.partitions}
+        first = next(iter(self.streams.values()))
+        state = make_state(
+            topic=cfg.topic, topic_id=self.topic_id, rank=cfg.rank, world_size=cfg.world_size,
+            num_workers=cfg.num_workers, seed=cfg.seed, cursors={p: Cursor(c.offset, c.block) for p, c in low.items()},
+            current=None, interleave=first.il.get_state(),
+        )  # fmt: skip
+        domains = {
+            d: {"partitions": _json_cursors(s.cursors), "current": s.current, "interleave": s.il.get_state()}
+            for d, s in self.streams.items()
+        }
+        state["mixture"] = {
+            "config": self.mixture.model_dump(mode="json"),
+            "rank": self.mix.state_dict(),
+            "domains": domains,
+            "retired": dict(self._retired),
+        }
+        return state
+
+    def _snapshot(self, cursors: Mapping[int, Cursor], current: int | None) -> dict[str, Any]:
+        if not hasattr(self, "streams"):  # the plain loader's constructor, before the domain streams exist
+            return super()._snapshot(cursors, current)
+        return self._mixture_snapshot()
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        """Rewind the streams and the mixture to a snapshot this loader took."""
+        mixture = state["mixture"]
+        for d, s in self.streams.items():
+            saved = mixture["domains"][d]
+            s.cursors = _cursors_of(saved["partitions"])
+            s.current = saved["current"]
+            s.il.set_state(saved["interleave"])
+        self.mix.load_state_dict(mixture["rank"])
+
+    def _stop_prefetch(self) -> None:
+        self._join()
+        self._restore(self._delivered_state)
+        self._finished = False
+
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Seek every domain stream to its saved position; see the module docstring for what may change."""
+        cfg = self.cfg
+        if not isinstance(state, Mapping):
+            states = list(state)
+            mine = [s for s in states if s.get("rank") == cfg.rank and s.get("world_size") == cfg.world_size]
+            state = mine[0] if len(mine) == 1 and len(states) == cfg.world_size else merge_mixture_states(states)
+        low_cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
+        missing = [p for p in self.partitions if p not in low_cursors]
+        if missing and state.get("rank") is not None:
+            raise StateError(f"state has no cursor for partitions {missing} of rank {cfg.rank}")
+        mixture = state.get("mixture") or {}
+        saved_domains = dict(mixture.get("domains") or {})
+        layout = same_layout(state, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers,
+                             seed=cfg.seed)  # fmt: skip
+        low, high = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
+        self._stop_prefetch()
+        for d, s in self.streams.items():
+            saved = saved_domains.pop(d, None)
+            cursors = _cursors_of(saved["partitions"]) if saved else low_cursors
+            mine = {p: c for p, c in cursors.items() if p in self.partitions}
+            checked, skipped = check_cursors(cfg.topic, mine, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
+            self._record_data_loss(skipped)
+            s.cursors = {p: checked.get(p, self._start_cursors[p]) for p in self.partitions}
+            if saved and layout and saved.get("interleave") is not None:
+                s.il.set_state(saved["interleave"])
+                s.current = None if any(x.partition == saved["current"] for x in skipped) else saved["current"]
+            else:
+                s.il, s.current = self._domain_interleaver(d), None
+        self._retired = {**dict(mixture.get("retired") or {}), **saved_domains}
+        self.mix = self._new_mix()
+        if mixture.get("rank"):
+            exact = self.mix.load_state_dict(mixture["rank"], same_layout=layout)
+            if not exact:
+                log.info("mixture proportions, seed or layout changed since the checkpoint (%s -> %s): each domain "
+                         "continues at its own cursors, the new proportions hold from here",
+                         mixture.get("config", {}).get("proportions"), cfg.mixture.proportions)  # fmt: skip
+        self._delivered_state = self._mixture_snapshot()
+        self._finished = False
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        self._stop.clear()
+        self._queue = queue.Queue(maxsize=self.cfg.prefetch)
+        for s in self.streams.values():
+            s.live = self._live(s.cursors)
+            for r in s.readers:
+                r.open({p: s.cursors[p].offset for p in r.partitions if p in s.live})
+        budget = self.cfg.max_dead_letters - len(self.dead_letters)
+        self._thread = threading.Thread(target=self._run_mixture, args=(budget,), daemon=True,
+                                        name="kafka-mixture-prefetch")  # fmt: skip
+        self._thread.start()
+
+    def _run_mixture(self, budget: int) -> None:
+        policy = self.mixture.on_domain_exhausted
+        try:
+            items = self._assembler.run_mixture(self.mix, self.streams, policy, budget, self._mixture_snapshot)
+            for item in items:
+                if not self._put(item):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, raised by __next__
+            self._put(exc)
+
+    def _account(self, item: Any) -> None:
+        super()._account(item)
+        for event in item.events:
+            log.warning("mixture: domain %r ran dry on rank %d after %d draws (on_domain_exhausted=%s)",
+                        event.domain, event.rank, event.draws, event.policy)  # fmt: skip
+            self.mixture_events.append(event)
+
+    def metrics(self) -> dict[str, Any]:
+        figures = super().metrics()
+        figures["mixture"] = self.mixture_figures()
+        return figures
+
+    def mixture_figures(self) -> dict[str, Any]:
+        """Target and realized shares (global sequence), this rank's delivered blocks, dry events, outside blocks."""
+        sampler = self.mix.sampler
+        outside: dict[str, int] = {}
+        for r in self._readers:
+            for d, n in r.outside_blocks.items():
+                outside[d] = outside.get(d, 0) + n
+        return {
+            "target": sampler.target(),
+            "realized": sampler.realized(),
+            "delivered": dict(self.mix.delivered),
+            "exhausted": sorted({e.domain for e in self.mixture_events}),
+            "events": [asdict(e) for e in self.mixture_events],
+            "outside_blocks": outside,
+        }
