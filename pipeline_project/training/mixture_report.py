@@ -5,7 +5,8 @@ since the proportions were set: the union of all ranks' blocks, as `RankMixture`
 `mixture/target/<domain>`. A domain that runs dry on rank 0 is logged once as the metric
 `mixture/exhausted/<domain>` (value: global draws so far) and the tag `mixture.exhausted.<domain>` (the
 policy). At the end, `mixture/share/<domain>` is each domain's share of the blocks every rank delivered in
-this invocation, from the ranks' end states (`final_mixture_metrics`). Without a mixture all of this is
+this invocation, from the ranks' end states (`final_mixture_metrics`), and the dry events that came with
+the end of the data (`final_report`). Without a mixture all of this is
 empty. Pure functions and a small stateful helper; the MLflow calls go through `MlflowRun`.
 """
 
@@ -43,6 +44,19 @@ class MixtureReport:
     def take_tags(self) -> dict[str, str]:
         tags, self.tags = self.tags, {}
         return tags
+
+
+def final_report(progress: Any, start_states: Sequence[Any], end_states: Sequence[Any]) -> dict[str, float]:
+    """The final metrics of the mixture: shares over all ranks, and the dry events met after the last logged step
+    (a bounded loader usually meets its dry domain at the end); their tags go to the run here (rank 0)."""
+    out = final_mixture_metrics(start_states, end_states)
+    report = getattr(progress, "mixture", None)
+    if report is None or getattr(progress, "mlflow_run", None) is None:
+        return out
+    out.update({k: v for k, v in report.step_metrics().items() if k.startswith("mixture/exhausted/")})
+    if tags := report.take_tags():
+        progress.mlflow("tag dry domains", progress.mlflow_run.set_tags, tags)
+    return out
 
 
 def final_mixture_metrics(start_states: Sequence[Any], end_states: Sequence[Any]) -> dict[str, float]:

@@ -51,7 +51,7 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.errors import CheckpointMismatchError
 from pipeline_project.training.job import JobConfig, TrainJobResult
-from pipeline_project.training.mixture_report import MixtureReport, final_mixture_metrics
+from pipeline_project.training.mixture_report import MixtureReport, final_report
 from pipeline_project.training.mlflow_lineage import model_version_url
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.reporting import Reporter, pipes_if_present
@@ -77,7 +77,7 @@ def run_job(job: JobConfig) -> TrainJobResult:
             end_states = distributed.all_gather_objects(result.data_state)
             dead_letters = sum(distributed.all_gather_objects(dead_letter_count(loader)))
             ref = _save_final(inv, resume.state, result, progress)
-            final = {"dead_letters": float(dead_letters), **final_mixture_metrics(start_states, end_states)}
+            final = {"dead_letters": float(dead_letters), **final_report(progress, start_states, end_states)}
             progress.log_final(final, step=result.end_step, end_states=end_states)
             model_uri = _log_model(inv, resume.state, progress)
             status = "FINISHED"
