@@ -11,6 +11,9 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgre
 # Prometheus and its Pushgateway (`stack up --services prometheus`, pipeline_project_tests/observability)
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v prometheus-pushgateway >/dev/null || need_apt+=(prometheus-pushgateway)
+# Headless Chromium and its WebDriver: the browser test of the Dagster and MLflow UIs (pipeline_project_tests/ui)
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_apt[*]}"
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -26,6 +26,7 @@ from pipeline_project.assets.partitions import (
     TRAINING_POOL,
     TRAINING_RUN_TAGS,
     latest_materialization_metadata,
+    plain_metadata,
 )
 from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.resources.kafka import KafkaResource
@@ -43,8 +44,20 @@ IN_FLIGHT = [
 ]
 
 
-def _materialized_batches(instance: dg.DagsterInstance) -> list[str]:
-    return sorted(instance.get_materialized_partitions(token_blocks.key))
+def topic_batches(instance: dg.DagsterInstance, topic: str) -> dict[str, dict]:
+    """Batch -> offset ranges ({partition: [first, last]}) of the newest `token_blocks` materialization of each
+    batch that produced into `topic` (one without a `topic` entry counts too), in batch order."""
+    latest: dict[str, dict] = {}
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(token_blocks.key, limit=500, cursor=cursor, ascending=True)
+        for record in page.records:
+            meta = plain_metadata(record.asset_materialization)
+            if record.asset_materialization.partition and meta.get("topic", topic) == topic:
+                latest[record.asset_materialization.partition] = meta.get("offset_ranges") or {}
+        if not page.has_more:
+            return dict(sorted(latest.items()))
+        cursor = page.cursor
 
 
 def is_training_run(run: dg.DagsterRun) -> bool:
@@ -101,7 +114,7 @@ def deepseek_checkpoint(
     from pipeline_project.cleaning.publish import manifest_key
 
     refuse_if_another_run_trains(context.instance, context.run.run_id)
-    batches = _materialized_batches(context.instance)
+    batches = topic_batches(context.instance, layout.topic)
     job = trainer.job_config(
         kafka=kafka.settings(),
         topic=layout.topic,
@@ -111,8 +124,9 @@ def deepseek_checkpoint(
         checkpoint_prefix=f"{layout.checkpoints_prefix}{trainer.run_name}",
         mlflow_tracking_uri=mlflow.tracking_uri,
         dagster_run_id=context.run.run_id,
-        partitions=batches,
+        partitions=list(batches),
         shard_manifests={b: f"s3://{layout.bucket}/{manifest_key(layout.shard_dir(b))}" for b in batches},
+        batch_offsets=batches,
     )
     context.log.info(f"training on topic {layout.topic} ({len(batches)} batches materialized)")
     return trainer.run(context, job)

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
 from pipeline_project.demo.sample_corpus import SampleFile, generate
@@ -42,11 +42,12 @@ def files_from_dir(source: Path, prefix: str) -> list[SampleFile]:
 
 def upload(settings: Settings, files: list[SampleFile]) -> None:
     s3 = settings.s3_client()
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("uploading to S3", total=len(files))
+    columns = (*Progress.get_default_columns()[:-1], TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as progress:  # bytes: rate in MB/s, ETA
+        task = progress.add_task("uploading to S3", total=sum(len(f.data) for f in files))
         for f in files:
             s3.put_object(Bucket=settings.bucket, Key=f.key, Body=f.data)
-            progress.advance(task)
+            progress.advance(task, len(f.data))
     console.print(
         f"uploaded {len(files)} objects ({sum(len(f.data) for f in files) / 1e6:.2f} MB) "
         f"to s3://{settings.bucket}/{files[0].key.rsplit('/', 2)[0]}/…"

@@ -59,6 +59,8 @@ class TrainerResource(dg.ConfigurableResource):
     """Checkpoints live under <checkpoints_prefix><run_name>/; a new name starts a new lineage."""
     registered_model: str | None = None
     """MLflow registered model whose versions are this lineage's checkpoints; None: the run name; "": none."""
+    log_model_to_mlflow: bool | None = None
+    """Also log the final weights as an MLflow model (a copy in MLflow's artifact store); None keeps JobConfig's."""
     nproc_per_node: int = 0
     """0 = one process per visible GPU (torchrun when more than one), one CPU process without GPUs."""
     seed: int | None = None
@@ -81,6 +83,7 @@ class TrainerResource(dg.ConfigurableResource):
         dagster_run_id: str,
         partitions: list[str],
         shard_manifests: dict[str, str] | None = None,
+        batch_offsets: dict[str, dict] | None = None,
     ) -> JobConfig:
         """The validated `JobConfig` of one materialization."""
         from pipeline_project.training.job import JobConfig
@@ -92,7 +95,9 @@ class TrainerResource(dg.ConfigurableResource):
         preset = {k: v for k, v in {"name": name, "pretrained": self.pretrained}.items() if v is not None}
         if preset:
             train["preset"] = preset
-        optional = {"experiment_name": self.experiment_name} if self.experiment_name is not None else {}
+        optional = {
+            k: getattr(self, k) for k in ("experiment_name", "log_model_to_mlflow") if getattr(self, k) is not None
+        }
         return JobConfig.model_validate(
             {
                 "train": train,
@@ -104,8 +109,10 @@ class TrainerResource(dg.ConfigurableResource):
                 "checkpoint_prefix": checkpoint_prefix,
                 "mlflow_tracking_uri": mlflow_tracking_uri,
                 "dagster_run_id": dagster_run_id,
+                "mlflow_run_name": f"{self.run_name}-{dagster_run_id[:8]}",
                 "partitions": partitions,
                 "shard_manifests": shard_manifests or {},
+                "batch_offsets": batch_offsets or {},
                 "registered_model_name": (self.run_name if self.registered_model is None else self.registered_model)
                 or None,
                 "metrics_port": self.metrics_port,

@@ -66,6 +66,11 @@ class JobConfig(BaseModel):
     shard_manifests: dict[str, str] = Field(
         default_factory=dict, description="data partition -> S3 URI of its cleaned-shard manifest (MLflow inputs)"
     )
+    batch_offsets: dict[str, dict[str, list[int]]] = Field(
+        default_factory=dict,
+        description="data partition -> its Kafka offsets ({partition: [first, last]}); the MLflow inputs keep the "
+        "manifests of the partitions whose offsets this invocation read",
+    )
     dagster_run_id: str | None = None
     partitions: list[str] = Field(default_factory=list, description="data partitions this invocation consumes")
     work_dir: str | None = None  # local scratch for checkpoints; a temp dir by default

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _MAX_PARAMS_PER_BATCH = 100
+# HF config entries that say where or how the config was loaded, not what the model is: a fresh model and one
+# resumed from a checkpoint differ in them (a scratch path, null vs a dtype), so comparing runs would flag them
+_RUN_SPECIFIC_MODEL_KEYS = frozenset({"_name_or_path", "architectures", "dtype", "torch_dtype", "transformers_version"})
 _MAX_METRICS_PER_BATCH = 1000
 
 
@@ -270,7 +273,7 @@ def start_job_run(
         system_metrics_interval_s=job.system_metrics_interval_s,
     )
     params = {
-        "model": dict(model_config),
+        "model": {k: v for k, v in model_config.items() if k not in _RUN_SPECIFIC_MODEL_KEYS},
         "train": job.train.model_dump(mode="json"),
         "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
         "data": {"topic": job.topic, "partitions": len(job.partitions)},

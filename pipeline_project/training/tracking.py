@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline_project import metrics as prom
+from pipeline_project.progress import RateEta
 from pipeline_project.run_tags import config_hash
 from pipeline_project.training import mlflow_lineage as lineage
 from pipeline_project.training.checkpoint import CheckpointRef
@@ -42,6 +43,11 @@ class Progress:
     model_version: str | None = None  # the newest registered version of this invocation's checkpoints
     loss_curve_url: str | None = None
     mixture: Any = None  # mixture_report.MixtureReport with `train.mixture`: realized shares, dry-domain events
+    # steps of this invocation: toward `max_steps` when capped, else the ETA of working off the consumer lag
+    _eta: RateEta = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._eta = RateEta("steps", total=self.inv.job.train.max_steps or None)
 
     def __call__(self, metrics: StepMetrics) -> None:
         job = self.inv.job
@@ -60,7 +66,8 @@ class Progress:
             self.mlflow("log metrics", self.mlflow_run.log_metrics, summary, step=metrics.step)
         self.inv.report.info(
             f"step {metrics.step} loss {metrics.loss:.4f} lr {metrics.lr:.2e} {metrics.tokens_per_s:,.0f} tok/s "
-            f"data-wait {100 * metrics.data_wait_fraction:.1f}% lag {metrics.consumer_lag}"
+            f"data-wait {100 * metrics.data_wait_fraction:.1f}% lag {metrics.consumer_lag} "
+            f"({self._eta.update(metrics.step - self.state.step, metrics.consumer_lag)})"
         )
 
     def _start_run(self) -> MlflowRun:
@@ -141,8 +148,9 @@ class Progress:
         datasets = [
             lineage.kafka_offsets_dataset(job.kafka.bootstrap_servers, job.topic, consumed, positions(end_states))
         ]
-        if job.shard_manifests:
-            datasets.append(lineage.shard_manifests_dataset(job.shard_manifests))
+        manifests = {b: uri for b, uri in job.shard_manifests.items() if _overlaps(job.batch_offsets.get(b), consumed)}
+        if manifests:
+            datasets.append(lineage.shard_manifests_dataset(manifests))
         return datasets
 
     def _curve_title(self) -> str:
@@ -152,3 +160,13 @@ class Progress:
     def end(self, status: str) -> None:
         if self.mlflow_run is not None:
             self.mlflow("end the run", self.mlflow_run.end, status, last_attempt=True)
+
+
+def _overlaps(ranges: dict[str, list[int]] | None, consumed: dict[str, list[int]]) -> bool:
+    """Whether a batch's offsets ({partition: [first, last]}) meet the offsets read ({partition: [first, end)});
+    a batch whose offsets are unknown counts as read."""
+    if not ranges:
+        return True
+    return any(
+        p in consumed and first < consumed[p][1] and last >= consumed[p][0] for p, (first, last) in ranges.items()
+    )
