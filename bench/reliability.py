@@ -1,0 +1,260 @@
+"""Kill trials against a throw-away stack, counted by sequence numbers and content hashes; and the bad-input classes.
+
+    .venv/bin/python bench/reliability.py [--trials 2] [--kinds producer,loader,process,trainer,s3,mlflow]
+                                          [--kinds ...,dagster] [--no-bad-input]
+
+Starts its own stack (3 Kafka brokers with RF 3 / min ISR 2, S3, PostgreSQL, MLflow; Dagster webserver + daemon
+for the `dagster` kind) on free ports under a temp dir, runs `--trials` trials of each kind with the timings
+cycling through the kind's list, and stops and wipes the stack. The shared stack on the default ports is never
+touched. Each trial is one function of `pipeline_project_tests/reliability/` (the fault tests run the same ones):
+
+| kind | fault | counted |
+|---|---|---|
+| producer | `kill -9` a broker (transaction coordinator or busiest leader) during produce_blocks; restart it | sequence blocks read back with read_committed |
+| loader | `kill -9` the busiest leader while a bounded loader consumes; restart it 2 s later | delivered (partition, offset, block) vs an undisturbed run |
+| process | `kill -9` the producing process inside a transaction; retry the ledger key in a new process | sequence blocks read back |
+| trainer | `kill -9` the trainer after its first mid-run checkpoint; run it again | batches trained per checkpoint lineage |
+| s3 | `kill -9` the S3 server while cleaned_shards runs; restart it after N s | published documents (sha256) vs an undisturbed run |
+| mlflow | `kill -9` the MLflow server (and workers) at the trainer's start / mid-run | the checkpoint in S3 and latest.json |
+| dagster | `kill -9` a run worker tree mid token_blocks; the daemon tree mid-run while objects arrive | objects per batch, blocks per batch |
+
+Writes bench/results/reliability.json and prints a table with the load average. Goal: 0 lost, 0 duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline_project.stack import Stack  # noqa: E402
+from pipeline_project_tests.reliability import outages, training_trials, trials  # noqa: E402
+from pipeline_project_tests.reliability.conftest import (  # noqa: E402
+    BASE_SERVICES,
+    ROOT_PREFIXES,
+    claim,
+    reap_orphaned_stacks,
+    stop_leftovers,
+    teardown_on_sigterm,
+)
+from pipeline_project_tests.reliability.faults import (  # noqa: E402
+    ensure_transaction_state,
+    kafka_of,
+    restart,
+    throwaway_config,
+    wait_fully_replicated,
+)
+
+RESULTS = REPO / "bench" / "results" / "reliability.json"
+KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster")
+DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow")
+
+# The timings each kind cycles through (trial i takes entry i mod len).
+PRODUCER = [(0.2, "coordinator", False), (1.0, "leader", True), (3.0, "coordinator", True), (0.5, "leader", False)]
+LOADER = [0.2, 1.5, 3.0]
+PROCESS = [(0.3, False), (2.0, True), (1.0, True), (3.5, False)]
+TRAINER = [0.0, 1.0, 2.5]
+S3 = [(0.0, 15.0), (2.0, 6.0), (1.0, 30.0)]
+MLFLOW = ["mid_run", "start"]
+
+
+def healthy(stack: Stack) -> None:
+    if not stack.is_healthy(BASE_SERVICES):
+        for service in BASE_SERVICES:
+            restart(stack, service)
+    wait_fully_replicated(kafka_of(stack), len(stack.config.kafka_ports))
+
+
+def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[dict]:
+    rows = []
+    for i in range(n):
+        healthy(stack)
+        load_before = os.getloadavg()[0]
+        try:
+            if kind == "producer":
+                delay, victim, bounded = PRODUCER[i % len(PRODUCER)]
+                r = trials.broker_kill_while_producing(stack, delay_s=delay, victim=victim, bounded=bounded)
+            elif kind == "loader":
+                if "seeded" not in state:
+                    state["seeded"] = trials.seed_loader_topic(stack, n_blocks=3000)
+                r = trials.broker_kill_while_consuming(stack, state["seeded"], delay_s=LOADER[i % len(LOADER)])
+            elif kind == "process":
+                delay, bounded = PROCESS[i % len(PROCESS)]
+                r = trials.producer_process_kill(stack, delay_s=delay, bounded=bounded)
+            elif kind == "trainer":
+                r = training_trials.trainer_kill(stack, work, delay_s=TRAINER[i % len(TRAINER)])
+            elif kind == "s3":
+                if "reference" not in state:
+                    state["reference"] = outages.reference_cleaning(stack, 11)
+                kill_after, outage = S3[i % len(S3)]
+                r = outages.s3_outage_during_cleaning(
+                    stack, state["reference"], seed=11, kill_after_s=kill_after, outage_s=outage
+                )
+            elif kind == "mlflow":
+                r = outages.mlflow_down_during_training(stack, work, when=MLFLOW[i % len(MLFLOW)])
+            else:
+                r = dagster_trial(stack, i, state)
+            row = r.to_dict()
+        except Exception as exc:  # noqa: BLE001 - a trial that could not run is a row too, not a crash
+            row = {"kind": kind, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500],
+                   "traceback": traceback.format_exc()[-2000:]}  # fmt: skip
+        row["load_avg_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+        rows.append(row)
+        print(f"  {kind} #{i + 1}: {'ok' if row.get('ok') else 'NOT OK'} "
+              f"lost={row.get('lost')} duplicated={row.get('duplicated')} {row.get('error', '')[:120]}", flush=True)  # fmt: skip
+    return rows
+
+
+def dagster_trial(stack: Stack, i: int, state: dict):
+    from pipeline_project_tests.reliability import dagster_faults
+
+    if "instance" not in state:
+        dagster_faults.start_dagster(stack)
+        state["instance"] = dagster_faults.dagster_instance(stack)
+    instance = state["instance"]
+    if i % 2 == 0:
+        return dagster_faults.run_worker_kill(stack, instance, delay_s=0.5 + i, seed=21 + i)
+    return dagster_faults.daemon_kill_mid_run(stack, instance, down_s=20.0, seed=31 + i)
+
+
+def bad_input_classes(work: Path) -> list[dict]:
+    """Every class of `pipeline_project.demo.bad_input` (small scale), read by the readers: the reasons it got."""
+    try:
+        from pipeline_project.demo.bad_input import EXPECTED_NAME, write_bad_input
+    except ImportError:
+        return []
+    from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object
+    from pipeline_project.cleaning.config import ReaderConfig
+
+    root = work / "bad-input"
+    write_bad_input(root, "small")
+    expected = json.loads((root / EXPECTED_NAME).read_text())
+    config = CleaningConfig(reader=ReaderConfig(**expected["reader"]))
+    got: dict[str, Counter] = {name: Counter() for name in expected["classes"]}
+    for rel, entry in expected["files"].items():
+        for item in read_object(f"raw/bad/{rel}", (root / rel).read_bytes(), config):
+            got[entry["class"]]["kept" if not isinstance(item, Quarantined) else item.reason] += 1
+    rows = []
+    for name, cls in sorted(expected["classes"].items()):
+        reasons = dict(got[name])
+        outcome = cls["outcome"]
+        match = (set(reasons) - {"kept"} == {outcome}) if outcome != "kept" else set(reasons) == {"kept"}
+        rows.append({"class": name, "expected": outcome, "got": reasons, "match": match,
+                     "description": cls.get("description", "")})  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    head = "| kind | timing s | victim | claimed | found | lost | duplicated | recovery s | attempts | ok | load 1m |"
+    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        rec = r.get("recovery_s")
+        lines.append(
+            f"| {r.get('kind')} | {r.get('timing_s', '')} | {r.get('victim', '')} | {r.get('blocks_claimed')} | "
+            f"{r.get('blocks_found')} | {r.get('lost')} | {r.get('duplicated')} | "
+            f"{'' if rec is None else f'{rec:.1f}'} | {r.get('attempts', '')} | {'yes' if r.get('ok') else 'NO'} | "
+            f"{r['load_avg_1m'][0]}→{r['load_avg_1m'][1]} |"
+        )
+    return "\n".join(lines)
+
+
+def run_all(stack: Stack, kinds: list[str], args, root: Path, rows: list[dict], state: dict):
+    """Start the stack, run every kind's trials into `rows`, read the bad-input classes; always tear down."""
+    try:
+        t0 = time.monotonic()
+        stack.up(BASE_SERVICES, timeout=300)
+        ensure_transaction_state(kafka_of(stack))
+        stack_up_s = time.monotonic() - t0
+        print(f"throw-away stack up in {stack_up_s:.0f}s under {root}", flush=True)
+        for kind in kinds:
+            print(f"{kind}: {args.trials} trial(s)", flush=True)
+            rows += run_kind(kind, stack, args.trials, root, state)
+        bad = [] if args.no_bad_input else bad_input_classes(root)
+        return stack_up_s, bad
+    finally:
+        if "instance" in state:
+            state["instance"].dispose()
+        stack.down(wipe=True)
+        stop_leftovers(stack.state_dir, dagster_only=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=2, help="trials of each kind (default 2)")
+    parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
+    parser.add_argument("--no-bad-input", action="store_true", help="skip the bad-input classes")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        parser.error(f"unknown kinds {unknown}; choose from {', '.join(KINDS)}")
+
+    started = time.time()
+    reaped = reap_orphaned_stacks()
+    if reaped:
+        print(f"stopped throw-away stacks left by dead sessions: {', '.join(reaped)}")
+    root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIXES[1]))
+    root.chmod(0o755)  # PostgreSQL runs as the postgres user and must reach its data dir
+    claim(root)
+    stack = Stack(throwaway_config(root / "state"))
+    rows: list[dict] = []
+    state: dict = {}
+    load_start = os.getloadavg()
+    with teardown_on_sigterm():
+        stack_up_s, bad = run_all(stack, kinds, args, root, rows, state)
+
+    trial_rows = [r for r in rows if "kind" in r]
+    summary = {
+        "trials": len(trial_rows),
+        "ok": sum(1 for r in trial_rows if r.get("ok")),
+        "lost": sum(r.get("lost") or 0 for r in trial_rows),
+        "duplicated": sum(r.get("duplicated") or 0 for r in trial_rows),
+        "bad_input_classes": len(bad),
+        "bad_input_matching": sum(1 for b in bad if b["match"]),
+    }
+    result = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "wall_s": round(time.time() - started, 1),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_avg": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in os.getloadavg()]},
+        "stack_up_s": round(stack_up_s, 1),
+        "summary": summary,
+        "trials": rows,
+        "bad_input": bad,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+
+    print()
+    print(table(trial_rows))
+    if bad:
+        print()
+        print("| bad-input class | expected | got | match |")
+        print("|---|---|---|---|")
+        for b in bad:
+            got = ", ".join(f"{k} {v}" for k, v in sorted(b["got"].items()))
+            print(f"| {b['class']} | {b['expected']} | {got} | {'yes' if b['match'] else 'NO'} |")
+    la = result["load_avg"]
+    print(f"\n{summary['ok']}/{summary['trials']} trials ok, {summary['lost']} lost, {summary['duplicated']} duplicated; "
+          f"bad input {summary['bad_input_matching']}/{summary['bad_input_classes']} classes as expected; "
+          f"load average {la['start'][0]} -> {la['end'][0]} (1 min), {os.cpu_count()} CPUs; {result['wall_s']:.0f}s; "
+          f"-> {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")  # fmt: skip
+    return 0 if summary["lost"] == 0 and summary["duplicated"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

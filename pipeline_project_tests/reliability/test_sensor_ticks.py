@@ -1,0 +1,104 @@
+"""The raw S3 sensor across daemon stops, tick by tick (`build_sensor_context` against the throw-away S3 server).
+
+A deployed daemon ticks, stores the cursor the tick returned, adds the partitions it requested and launches its
+runs (one per run key). Here the test is that daemon, so it can stop it between ticks, let objects arrive while
+it is down (some in the same second as the cursor's edge), restart it with the stored cursor, and kill it in the
+middle of a tick: after the manifest is written but before the cursor and partition are stored. Whatever the
+timing, every object lands in exactly one registered batch, and each batch gets exactly one run. Keys grow with
+time (an append-only layout, which the sensor's cheap append listing follows), except in `out-of-order-keys`,
+whose keys the sensor's periodic full listing (`full_scan_every` ticks) must find.
+The real daemon on the throw-away stack is killed in test_dagster_faults.py.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+import dagster as dg
+import pytest
+
+from pipeline_project.assets.partitions import batches
+from pipeline_project.definitions import defs
+from pipeline_project.ingest import read_manifest
+from pipeline_project.resources import build_resources
+from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+
+pytestmark = pytest.mark.stack
+
+
+class Daemon:
+    """The part of dagster-daemon the sensor relies on: stored cursor, registered partitions, run keys."""
+
+    def __init__(self, instance, resources):
+        self.instance = instance
+        self.resources = resources
+        self.cursor: str | None = None
+        self.run_keys: Counter = Counter()
+
+    def tick(self, *, crash_before_storing: bool = False) -> None:
+        with dg.build_sensor_context(instance=self.instance, cursor=self.cursor, resources=self.resources,
+                                     definitions=defs) as ctx:  # fmt: skip
+            result = raw_s3_sensor(ctx)
+        if crash_before_storing:  # the manifest is in S3; the daemon died before recording anything
+            return
+        for request in result.dynamic_partitions_requests or []:
+            self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        for run in result.run_requests or []:
+            self.run_keys[run.run_key] += 1
+        self.cursor = result.cursor
+
+
+@pytest.fixture
+def world(healthy_stack):
+    uid = uuid.uuid4().hex[:8]
+    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", full_scan_every=FULL_SCAN_EVERY)
+    res = build_resources(healthy_stack.settings())
+    s3 = res["s3"].get_client()
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(instance, {"s3": res["s3"], "layout": layout})
+        keys: list[str] = []
+
+        def upload(n: int, ordered: bool = True) -> None:
+            for _ in range(n):
+                name = f"{len(keys):06d}" if ordered else uuid.uuid4().hex[:8]
+                key = f"{layout.raw_prefix}{name}.txt"
+                s3.put_object(Bucket=layout.bucket, Key=key, Body=f"document {key} " * 20)
+                keys.append(key)
+
+        yield daemon, upload, keys, s3, layout
+
+
+FULL_SCAN_EVERY = 4
+SCHEDULES = {
+    # each step: ("up", n objects), ("tick",), ("down", seconds the daemon is stopped: no ticks), ("crash",),
+    # ("up_any", n objects whose keys sort anywhere)
+    "stop-between-ticks": [("up", 3), ("tick",), ("up", 2), ("down", 1.2), ("up", 2), ("tick",), ("up", 1), ("tick",)],
+    "same-second-edge": [("up", 2), ("tick",), ("up", 3), ("tick",), ("up", 1), ("down", 0.1), ("up", 1), ("tick",)],
+    "crash-mid-tick": [("up", 3), ("crash",), ("up", 2), ("tick",), ("up", 2), ("crash",), ("tick",), ("tick",)],
+    "down-while-busy": [("up", 4), ("down", 2.5), ("up", 4), ("down", 1.0), ("up", 1), ("tick",), ("tick",)],
+    "out-of-order-keys": [("up_any", 3), ("tick",), ("up_any", 3), ("down", 1.0), ("crash",), ("up", 1), ("tick",)],
+}
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_every_object_lands_in_exactly_one_batch_across_daemon_stops(world, schedule):
+    daemon, upload, keys, s3, layout = world
+    for step in SCHEDULES[schedule]:
+        if step[0] in ("up", "up_any"):
+            upload(step[1], ordered=step[0] == "up")
+        elif step[0] == "tick":
+            daemon.tick()
+        elif step[0] == "crash":
+            daemon.tick(crash_before_storing=True)
+        else:
+            time.sleep(step[1])
+    for _ in range(FULL_SCAN_EVERY + 1):  # the daemon catches up: one full listing at least
+        daemon.tick()
+    registered = daemon.instance.get_dynamic_partitions(batches.name)
+    listed = Counter(k for b in registered for k in (o.key for o in read_manifest(s3, layout.bucket, b).objects))
+    assert sorted(listed) == sorted(keys), "objects lost or foreign objects batched"
+    assert all(n == 1 for n in listed.values()), [k for k, n in listed.items() if n > 1]
+    assert set(daemon.run_keys) == set(registered) and all(n == 1 for n in daemon.run_keys.values())
