@@ -24,14 +24,21 @@ def format_duration(seconds: float) -> str:
 class RateEta:
     """Rate (units per second) and ETA of one piece of work, measured from the first `update`."""
 
-    def __init__(self, unit: str, total: int | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        unit: str,
+        total: int | None = None,
+        backlog_unit: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.unit = unit
         self.total = total
+        self.backlog_unit = backlog_unit or unit  # what `remaining` counts (a consumer's lag: messages)
         self.clock = clock
         self._start: tuple[float, float, float | None] | None = None  # (time, done, remaining) at the first update
 
     def update(self, done: float, remaining: float | None = None) -> str:
-        """'12/40 steps, 3.1 steps/s, ETA 9 s' (with `total`), '12 steps, 3.1 steps/s, 80 left, ETA 26 s' (with a
+        """'12/40 steps, 3.1 steps/s, ETA 9 s' (with `total`), '12 steps, 3.1 steps/s, 80 messages left, ETA 26 s' (with a
         shrinking `remaining`, whose own rate of decrease sets the ETA), or just the count and rate."""
         now = self.clock()
         if self._start is None:
@@ -46,6 +53,6 @@ class RateEta:
             eta = (self.total - done) / rate
         elif remaining is not None and remaining0 is not None and elapsed > 0:
             shrink = (remaining0 - remaining) / elapsed
-            text += f", {remaining:.0f} left"
+            text += f", {remaining:.0f} {self.backlog_unit} left"
             eta = remaining / shrink if shrink > 0 else None
         return text + (f", ETA {format_duration(eta)}" if eta is not None else "")

@@ -47,7 +47,7 @@ class Progress:
     _eta: RateEta = field(init=False)
 
     def __post_init__(self) -> None:
-        self._eta = RateEta("steps", total=self.inv.job.train.max_steps or None)
+        self._eta = RateEta("steps", total=self.inv.job.train.max_steps or None, backlog_unit="messages")
 
     def __call__(self, metrics: StepMetrics) -> None:
         job = self.inv.job

@@ -45,8 +45,8 @@ def test_rate_and_eta_toward_a_total_and_of_a_shrinking_backlog():
     assert toward.update(0) == "0/40 steps"
     clock[0] = 10.0
     assert toward.update(10) == "10/40 steps, 1.00 steps/s, ETA 30 s"
-    backlog = RateEta("steps", clock=lambda: clock[0])
+    backlog = RateEta("steps", backlog_unit="messages", clock=lambda: clock[0])
     backlog.update(0, remaining=100)
     clock[0] = 40.0
-    assert backlog.update(40, remaining=40) == "40 steps, 1.33 steps/s, 40 left, ETA 20 s"
+    assert backlog.update(40, remaining=40) == "40 steps, 1.33 steps/s, 40 messages left, ETA 20 s"
     assert format_duration(200) == "3 min 20 s" and format_duration(7500) == "2 h 05 min"
