@@ -276,7 +276,10 @@ def daemon_kill_mid_run(stack: Stack, instance, *, down_s: float = 20.0, seed: i
             left_started = time.monotonic() - t_kill
     except TimeoutError:
         pass
-    retry = retry_of(instance, run.run_id) if left_started is not None else None
+    retry = None
+    if left_started is not None:  # the retry daemon launches the retry on its next poll of the failure event
+        with contextlib.suppress(TimeoutError):
+            retry = wait_for(f"a retry of {run.run_id}", lambda: retry_of(instance, run.run_id), 120)
     retry_status = None
     if retry is not None:
         wait_run_done(instance, retry.run_id, 600)
