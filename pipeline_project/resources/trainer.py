@@ -66,6 +66,11 @@ class TrainerResource(dg.ConfigurableResource):
     seed: int | None = None
     experiment_name: str | None = None
     launch: TrainerLaunch = TrainerLaunch()
+    mixture_proportions: dict[str, float] | None = None
+    """Train on a domain mixture, e.g. {"en_web": 0.5, "zh_web": 0.3, "code": 0.15, "books": 0.05}; None: every
+    block of the topic in offset order (streaming/mixture.py)."""
+    on_domain_exhausted: str | None = None
+    """With a mixture: `wait` (TrainConfig's default), `stop` or `renormalize` when a domain runs dry."""
     metrics_port: int = 0
     """The trainer ranks' Prometheus /metrics base port (PIPELINE_METRICS_PORT; rank r: base + local rank); 0: off."""
     """How the trainer starts: `subprocess` (default) or `k8s` (a GPU pod); see `resources/launchers.py`."""
@@ -95,6 +100,12 @@ class TrainerResource(dg.ConfigurableResource):
         preset = {k: v for k, v in {"name": name, "pretrained": self.pretrained}.items() if v is not None}
         if preset:
             train["preset"] = preset
+        if self.mixture_proportions is not None:
+            train["mixture"] = {"proportions": self.mixture_proportions}
+            if self.on_domain_exhausted is not None:
+                train["mixture"]["on_domain_exhausted"] = self.on_domain_exhausted
+        elif self.on_domain_exhausted is not None:
+            raise ValueError("trainer config: on_domain_exhausted is set without mixture_proportions")
         optional = {
             k: getattr(self, k) for k in ("experiment_name", "log_model_to_mlflow") if getattr(self, k) is not None
         }

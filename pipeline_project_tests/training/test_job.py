@@ -54,6 +54,18 @@ def test_resource_fields_override_only_when_given():
     assert job.experiment_name == "e"
 
 
+def test_the_resource_hands_a_mixture_to_the_trainer():
+    job = _job(TrainerResource(mixture_proportions={"en_web": 0.75, "code": 0.25}, on_domain_exhausted="stop"))
+    assert job.train.mixture.proportions == {"code": 0.25, "en_web": 0.75}
+    assert job.train.mixture.on_domain_exhausted == "stop"
+    assert _job(TrainerResource(mixture_proportions={"zh_web": 1.0})).train.mixture.on_domain_exhausted == "wait"
+    assert _job(TrainerResource()).train.mixture is None
+    with pytest.raises(ValueError, match="on_domain_exhausted"):
+        _job(TrainerResource(on_domain_exhausted="stop"))
+    with pytest.raises(ValueError, match="on_domain_exhausted"):  # not one of wait / stop / renormalize
+        _job(TrainerResource(mixture_proportions={"en_web": 1.0}, on_domain_exhausted="skip"))
+
+
 def test_the_job_file_round_trips_without_the_secret(monkeypatch):
     job = _job(TrainerResource())
     text = job.model_dump_json()
