@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import zstandard
 
+from pipeline_project.demo.sample_domains import book, code_file
+
 EN = [
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.",
     "However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families, that he is considered the rightful property of some one or other of their daughters.",
@@ -324,7 +326,8 @@ def _jsonl(docs: list[str], start: int = 0) -> bytes:
 
 
 def generate(seed: int = 0, docs_per_language: int = 150) -> list[SampleFile]:
-    """Files under `raw/` as the demo uploads them: mixed formats, languages, duplicates and junk."""
+    """Files under `raw/` as the demo uploads them: mixed formats, languages (Chinese too), code, a book,
+    duplicates and junk."""
     rng = random.Random(seed)
     en = [_doc(rng, "en", rng.randint(2, 4)) for _ in range(docs_per_language * 2)]
     de = [_doc(rng, "de", 2) for _ in range(docs_per_language)]
@@ -361,6 +364,15 @@ def generate(seed: int = 0, docs_per_language: int = 150) -> list[SampleFile]:
     ]
     for i in range(3):
         files.append(SampleFile(f"raw/sample/txt/story_{i}.txt", _doc(rng, "en").encode()))
+    # drawn last, so the files above are the same for a seed as before these were added
+    code = [code_file(rng, i) for i in range(max(2, docs_per_language // 10))]
+    files.append(
+        SampleFile(
+            "raw/sample/code/modules.jsonl",
+            "".join(json.dumps({"id": f"c{i}", "path": p, "text": t}) + "\n" for i, (p, t) in enumerate(code)).encode(),
+        )
+    )
+    files.append(SampleFile("raw/sample/books/lighthouse_keeper.txt", book(rng).encode()))
     return files
 
 
