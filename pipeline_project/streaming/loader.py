@@ -74,6 +74,7 @@ from pipeline_project.streaming.state import (
     make_state,
     merge_states,
     parse_cursors,
+    rank_state,
     same_layout,
 )
 
@@ -225,10 +226,7 @@ class KafkaBlockLoader:
         per-partition cursors are taken and the interleave restarts from the seed.
         """
         cfg = self.cfg
-        if not isinstance(state, Mapping):
-            states = list(state)
-            mine = [s for s in states if s.get("rank") == cfg.rank and s.get("world_size") == cfg.world_size]
-            state = mine[0] if len(mine) == 1 and len(states) == cfg.world_size else merge_states(states)
+        state = rank_state(state, cfg.rank, cfg.world_size, merge_states)
         cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
         missing = [p for p in self.partitions if p not in cursors]
         if missing and state.get("rank") is not None:

@@ -49,7 +49,15 @@ from pipeline_project.streaming.loader_config import LoaderConfig
 from pipeline_project.streaming.mixture import MixtureSampler, RankMixture
 from pipeline_project.streaming.partition_reader import PartitionReader
 from pipeline_project.streaming.preflight import check_cursors, partition_bounds
-from pipeline_project.streaming.state import Cursor, Interleaver, make_state, merge_states, parse_cursors, same_layout
+from pipeline_project.streaming.state import (
+    Cursor,
+    Interleaver,
+    make_state,
+    merge_states,
+    parse_cursors,
+    rank_state,
+    same_layout,
+)
 
 log = logging.getLogger(__name__)
 
@@ -233,10 +241,7 @@ class MixtureBlockLoader(KafkaBlockLoader):
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Seek every domain stream to its saved position; see the module docstring for what may change."""
         cfg = self.cfg
-        if not isinstance(state, Mapping):
-            states = list(state)
-            mine = [s for s in states if s.get("rank") == cfg.rank and s.get("world_size") == cfg.world_size]
-            state = mine[0] if len(mine) == 1 and len(states) == cfg.world_size else merge_mixture_states(states)
+        state = rank_state(state, cfg.rank, cfg.world_size, merge_mixture_states)
         low_cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
         missing = [p for p in self.partitions if p not in low_cursors]
         if missing and state.get("rank") is not None:

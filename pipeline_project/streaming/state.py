@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +169,20 @@ def same_layout(state: Mapping[str, Any], *, rank: int, world_size: int, num_wor
         num_workers,
         seed,
     )
+
+
+def rank_state(
+    state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    rank: int,
+    world_size: int,
+    merge: Callable[[list[Mapping[str, Any]]], Mapping[str, Any]],
+) -> Mapping[str, Any]:
+    """The state a rank resumes from: given every rank's states, its own when the layout is the same, else `merge`d."""
+    if isinstance(state, Mapping):
+        return state
+    states = list(state)
+    mine = [s for s in states if s.get("rank") == rank and s.get("world_size") == world_size]
+    return mine[0] if len(mine) == 1 and len(states) == world_size else merge(states)
 
 
 def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
