@@ -108,6 +108,8 @@ def main() -> None:
             "full_keys_read": fulls[-1]["keys"],
         }
         rows.append(row)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps({"partial": True, "new_per_tick": args.new, "rows": rows}, indent=1))
         print(
             f"{existing:>8} existing: append tick {row['append_tick_ms_median']} ms, full {row['full_tick_ms_median']} ms"
         )
