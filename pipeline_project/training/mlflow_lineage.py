@@ -43,16 +43,33 @@ class KafkaTopicSource(DatasetSource):
     def _get_source_type() -> str:
         return "kafka"
 
-    def load(self, **kwargs: Any) -> Any:
-        raise NotImplementedError("read the topic with pipeline_project.streaming.loader.KafkaBlockLoader")
+    def load(self, timeout_s: float = 10.0, **client_config: Any) -> dict[int, tuple[int, int]]:
+        """The topic's partitions and their (low, high) watermarks now: where the dataset's offsets can be read.
+        `client_config`: extra librdkafka settings (security); read the blocks with `streaming.loader`."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": "mlflow-dataset-source",
+                             "enable.auto.commit": False, **client_config})  # fmt: skip
+        try:
+            partitions = consumer.list_topics(self.topic, timeout=timeout_s).topics[self.topic].partitions
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout_s)
+                for p in sorted(partitions)
+            }
+        finally:
+            consumer.close()
+
+    def uri(self) -> str:
+        return f"kafka://{self.bootstrap_servers}/{self.topic}"
 
     @staticmethod
     def _can_resolve(raw_source: Any) -> bool:
-        return False
+        return isinstance(raw_source, str) and raw_source.startswith("kafka://") and "/" in raw_source[8:]
 
     @classmethod
     def _resolve(cls, raw_source: Any) -> KafkaTopicSource:
-        raise NotImplementedError
+        bootstrap, topic = str(raw_source)[len("kafka://") :].rsplit("/", 1)
+        return cls(bootstrap, topic)
 
     def to_dict(self) -> dict[str, Any]:
         return {"bootstrap_servers": self.bootstrap_servers, "topic": self.topic}

@@ -97,3 +97,16 @@ def test_lineage_helpers():
     assert not _overlaps({"0": [0, 9]}, consumed) and not _overlaps({"1": [0, 100]}, consumed)
     assert _overlaps({}, consumed)  # offsets unknown: counted as read
     assert gpu_metrics_source("cpu") == "none"
+
+
+def test_the_kafka_dataset_source_resolves_its_uri_and_reports_an_unreachable_cluster():
+    from confluent_kafka import KafkaException
+
+    from pipeline_project.training.mlflow_lineage import KafkaTopicSource
+
+    source = KafkaTopicSource("b1:9092,b2:9092", "token-blocks")
+    assert KafkaTopicSource._can_resolve(source.uri()) and not KafkaTopicSource._can_resolve("s3://x/y")
+    back = KafkaTopicSource._resolve(source.uri())
+    assert back.to_dict() == source.to_dict() == KafkaTopicSource.from_dict(source.to_dict()).to_dict()
+    with pytest.raises(KafkaException):
+        KafkaTopicSource("127.0.0.1:1", "t").load(timeout_s=1.0)
