@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 from pipeline_project.cleaning.config import CleaningConfig
@@ -20,6 +21,8 @@ from pipeline_project.cleaning.profile_config import PROFILE_NAMES
 from pipeline_project.cleaning.profiles import Positioned, ProfileRouter, filter_chains, run_filter_stage
 from pipeline_project.cleaning.records import DocState, Document, Dropped
 from pipeline_project.cleaning.steps import Step, StepStats
+
+FilterOutput = tuple[dict[str, Positioned], list[Dropped], list[StepStats]]
 
 _router: ProfileRouter | None = None
 _chains: dict[str, list[Step]] | None = None
@@ -51,7 +54,7 @@ def _init(config_json: str) -> None:
     run_filter_stage(_router, _chains, warm, "warm-up")
 
 
-def _work(args: tuple[list[Document], str, int]) -> tuple[dict[str, Positioned], list[Dropped], list[StepStats]]:
+def _work(args: tuple[list[Document], str, int]) -> FilterOutput:
     docs, batch_id, offset = args
     kept, dropped, stats = run_filter_stage(_router, _chains, docs, batch_id, offset, clock=time.process_time)
     for items in kept.values():
@@ -73,6 +76,20 @@ def merge_stats(parts: list[list[StepStats]]) -> list[StepStats]:
     return sorted(merged.values(), key=lambda s: rank.get(s.profile, len(rank)))  # stable: chain order kept
 
 
+def _merge(parts: list[FilterOutput]) -> FilterOutput:
+    kept: dict[str, Positioned] = {}
+    dropped: list[Dropped] = []
+    for part_kept, part_dropped, _ in parts:
+        for name, items in part_kept.items():
+            kept.setdefault(name, []).extend(items)
+        dropped.extend(part_dropped)
+    merged = merge_stats([stats for _, _, stats in parts])
+    order = {(s.profile, s.name): i for i, s in enumerate(merged)}
+    # as the in-process chain lists them: profile by profile, step by step
+    dropped.sort(key=lambda d: order[(d.meta.get("domain", ""), d.step)])
+    return {name: kept[name] for name in PROFILE_NAMES if name in kept}, dropped, merged
+
+
 class FilterPool:
     """`workers` processes, each with its own router and copy of the filter steps (models load once per worker)."""
 
@@ -86,25 +103,19 @@ class FilterPool:
             initargs=(config.model_dump_json(),),
         )
 
-    def run(self, docs: list[Document], batch_id: str) -> tuple[dict[str, Positioned], list[Dropped], list[StepStats]]:
+    def run(self, docs: list[Document], batch_id: str) -> FilterOutput:
+        return self.submit(docs, batch_id)()
+
+    def submit(self, docs: list[Document], batch_id: str) -> Callable[[], FilterOutput]:
+        """Queue `docs` on the workers now; the returned call waits for them and merges their output.
+
+        The caller may read and submit the next chunk, or deduplicate the previous one, while the workers run."""
         if not docs:
-            return {}, [], []
+            return lambda: ({}, [], [])
         n_slices = min(len(docs), self.workers * 4)  # several slices per worker evens out uneven documents
         bounds = [len(docs) * k // n_slices for k in range(n_slices + 1)]
-        slices = [(docs[a:b], batch_id, a) for a, b in zip(bounds, bounds[1:]) if b > a]
-        kept: dict[str, Positioned] = {}
-        dropped: list[Dropped] = []
-        stats_parts = []
-        for part_kept, part_dropped, part_stats in self._executor.map(_work, slices):
-            for name, items in part_kept.items():
-                kept.setdefault(name, []).extend(items)
-            dropped.extend(part_dropped)
-            stats_parts.append(part_stats)
-        merged = merge_stats(stats_parts)
-        order = {(s.profile, s.name): i for i, s in enumerate(merged)}
-        # as the in-process chain lists them: profile by profile, step by step
-        dropped.sort(key=lambda d: order[(d.meta.get("domain", ""), d.step)])
-        return {name: kept[name] for name in PROFILE_NAMES if name in kept}, dropped, merged
+        futures = [self._executor.submit(_work, (docs[a:b], batch_id, a)) for a, b in zip(bounds, bounds[1:]) if b > a]
+        return lambda: _merge([f.result() for f in futures])
 
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)

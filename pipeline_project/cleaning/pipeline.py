@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +140,16 @@ def build_steps(config: CleaningConfig, profile: str = "en_web") -> list[Step]:
     return build_chain(config, profile)
 
 
+@dataclass
+class Started:
+    """A chunk whose filters are running (or will run in process); `filtered()` returns their output."""
+
+    batch_id: str
+    docs: list[Document]
+    quarantined: list[Quarantined]
+    filtered: Callable[[], tuple[dict[str, Positioned], list[Dropped], list[StepStats]]]
+
+
 class CleaningPipeline:
     """Routes each document to its profile's chain (`profiles.py`). With a `pool` (`parallel.FilterPool`),
     the routing and the per-document filters run in its workers; dedup and masking run here, in order."""
@@ -168,10 +179,26 @@ class CleaningPipeline:
         `commit=False` and calls `commit(result)` itself; until then nothing is written (and the kept documents
         keep their dedup keys in `doc.state`).
         """
+        return self.finish(self.start(items, batch_id), index, commit=commit, force_index=force_index)
+
+    def start(self, items: Iterable[Document | Quarantined], batch_id: str) -> Started:
+        """Sort `items` into documents and quarantine records and hand the documents to the filters: to the
+        pool's workers at once (they run while the caller goes on), or in process when `finish` asks."""
         docs: list[Document] = []
         quarantined: list[Quarantined] = []
         for item in items:
             (quarantined if isinstance(item, Quarantined) else docs).append(item)
+        if self.pool is not None and docs:
+            filtered = self.pool.submit(docs, batch_id)
+        else:
+            filtered = functools.partial(run_filter_stage, self.router, self.filter_chains, docs, batch_id)
+        return Started(batch_id, docs, quarantined, filtered)
+
+    def finish(
+        self, started: Started, index: DedupIndex | None = None, commit: bool = True, force_index: bool = False
+    ) -> CleaningResult:
+        """Wait for the filters of `started`, then deduplicate and mask here, in order (see `run`)."""
+        batch_id, docs, quarantined = started.batch_id, started.docs, started.quarantined
         n_in = len(docs) + len(quarantined)
         read = StepStats("read", docs_in=n_in, dropped=len(quarantined), reasons=Counter(q.reason for q in quarantined))
         read.notes["encoding_converted"] = sum(
@@ -184,10 +211,7 @@ class CleaningPipeline:
         if ctx.use_index:
             index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
             result.pending_index = index
-        if self.pool is not None and docs:
-            kept, dropped, stats = self.pool.run(docs, batch_id)
-        else:
-            kept, dropped, stats = run_filter_stage(self.router, self.filter_chains, docs, batch_id)
+        kept, dropped, stats = started.filtered()
         result.dropped.extend(dropped)
         result.step_stats.extend(stats)
         final: Positioned = []

@@ -6,8 +6,8 @@
          index AND the batch's earlier chunks (`ChainedIndex`)
       -> kept documents appended to shards, dropped/quarantined records to the exclusion sink
 
-Memory holds one chunk, one shard and, per kept document, its dedup keys (about 600 bytes), never the batch's
-text. A batch that fits in one chunk is decided exactly as `CleaningPipeline.run` decides it; across chunks,
+Memory holds two chunks (with a pool, the workers filter chunk n+1 while this process deduplicates and writes
+chunk n), one shard and, per kept document, its dedup keys (about 600 bytes), never the batch's text. A batch that fits in one chunk is decided exactly as `CleaningPipeline.run` decides it; across chunks,
 a candidate from an earlier chunk is verified by signature estimate (as candidates from earlier batches are),
 because its text is no longer held.
 
@@ -28,7 +28,7 @@ import numpy as np
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import ChainedIndex, DedupIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
-from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult, removal_tables
+from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult, Started, removal_tables
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import StepStats
 
@@ -114,17 +114,34 @@ class StreamingCleaner:
         earlier = index if self.config.dedup.scope == "global" else None
         chained = ChainedIndex(earlier, local)
         out = StreamResult(batch_id=batch_id)
+        previous = None
         for chunk in chunks(items, self.chunk_docs, self.chunk_bytes):
-            result = self.pipeline.run(chunk, batch_id, chained, commit=False, force_index=True)
-            out.chunks += 1
-            out.add_stats(result.step_stats)
-            out.count(result)
-            self._remember(out, local, result.kept)
-            writer.add_kept(result.kept)
-            writer.add_excluded(exclusion_records(result.dropped, result.quarantined))
-            log.info("batch %s chunk %d: %s", batch_id, out.chunks, dict(result.counts))
+            started = self.pipeline.start(chunk, batch_id)  # with a pool, its workers filter this chunk ...
+            if previous is not None:  # ... while this process deduplicates and writes the one before
+                self._finish(previous, out, chained, local, writer, exclusion_records)
+            previous = started
+        if previous is not None:
+            self._finish(previous, out, chained, local, writer, exclusion_records)
         out.check_counts()
         return out
+
+    def _finish(
+        self,
+        started: Started,
+        out: StreamResult,
+        chained: ChainedIndex,
+        local: DedupIndex,
+        writer: Any,
+        exclusion_records: ExclusionRecords,
+    ) -> None:
+        result = self.pipeline.finish(started, chained, commit=False, force_index=True)
+        out.chunks += 1
+        out.add_stats(result.step_stats)
+        out.count(result)
+        self._remember(out, local, result.kept)
+        writer.add_kept(result.kept)
+        writer.add_excluded(exclusion_records(result.dropped, result.quarantined))
+        log.info("batch %s chunk %d: %s", out.batch_id, out.chunks, dict(result.counts))
 
     def _remember(self, out: StreamResult, local: DedupIndex, kept: list[Document]) -> None:
         """Keep the kept documents' dedup keys (for later chunks and the commit); drop their per-step state."""

@@ -29,7 +29,10 @@ from confluent_kafka.admin import OffsetSpec
 
 from pipeline_project.streaming.errors import ReadTimeoutError, TopicMissingError, is_transient
 from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.offsets import list_offsets
 from pipeline_project.streaming.topics import ensure_topic
+
+WATERMARK_TIMEOUT_S = 15.0
 
 LEDGER_SUFFIX = ".ledger"
 LEDGER_SCHEMA = 2
@@ -217,7 +220,9 @@ def read_ledger_records(settings: KafkaSettings, topic: str, timeout_s: float = 
     """All committed ledger records of `topic`, latest per key, read up to the high watermark seen at the start.
 
     A missing ledger topic reads as empty; not reaching that end within `timeout_s` (an open transaction of another
-    producer holds the last stable offset back) raises ReadTimeoutError.
+    producer holds the last stable offset back) raises ReadTimeoutError. Fetching the high watermark is one
+    metadata round trip with a budget of its own (at least `WATERMARK_TIMEOUT_S`), so a short read timeout
+    bounds the wait for other transactions, not a slow broker's first answer.
     """
     name = ledger_topic(topic)
     records = LedgerRecords({}, {})
@@ -227,7 +232,7 @@ def read_ledger_records(settings: KafkaSettings, topic: str, timeout_s: float = 
         if md is None or md.error is not None:
             return records
         parts = sorted(md.partitions)
-        ends = _high_watermarks(settings, name, parts, timeout_s)
+        ends = _high_watermarks(settings, name, parts, max(timeout_s, WATERMARK_TIMEOUT_S))
         consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in parts])
         pending = {p for p in parts if ends[p] > 0}
         deadline = time.monotonic() + timeout_s
@@ -271,7 +276,5 @@ def _apply(records: LedgerRecords, key: str, value: bytes | None) -> None:
 
 def _high_watermarks(settings: KafkaSettings, name: str, parts: list[int], timeout_s: float) -> dict[int, int]:
     """Log end offsets (read_uncommitted latest): every record written so far, committed or not."""
-    req = {TopicPartition(name, p): OffsetSpec.latest() for p in parts}
     admin = settings.make_admin()  # held until the futures resolve: a collected client never completes them
-    futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s)
-    return {tp.partition: int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
+    return list_offsets(admin, name, parts, OffsetSpec.latest(), timeout_s, IsolationLevel.READ_UNCOMMITTED)

@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import OffsetSpec
 
 from pipeline_project.streaming.errors import DataLossError, TopicMissingError, TopicRecreatedError
+from pipeline_project.streaming.offsets import list_offsets
 from pipeline_project.streaming.state import Cursor
 from pipeline_project.streaming.topics import topic_id
 
@@ -56,19 +57,6 @@ def describe_topic(admin: Any, topic: str, timeout_s: float) -> tuple[tuple[int,
         problem = md.error.str() if md is not None and md.error is not None else "no partitions"
         raise TopicMissingError(f"topic {topic!r} is not readable: {problem}")
     return tuple(sorted(md.partitions)), topic_id(admin, topic, timeout_s)
-
-
-def list_offsets(
-    admin: Any,
-    topic: str,
-    partitions: Sequence[int],
-    spec: OffsetSpec,
-    timeout_s: float,
-    isolation: IsolationLevel = IsolationLevel.READ_COMMITTED,
-) -> dict[int, int]:
-    req = {TopicPartition(topic, p): spec for p in partitions}
-    futures = admin.list_offsets(req, isolation_level=isolation, request_timeout=timeout_s)
-    return {tp.partition: int(f.result(timeout=timeout_s).offset) for tp, f in futures.items()}
 
 
 def partition_bounds(

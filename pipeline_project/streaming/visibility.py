@@ -9,22 +9,20 @@ until the LSO of every written partition is past its last written offset. Anothe
 transaction still open on one of those partitions holds the LSO back too; the wait is bounded
 and then raises VisibilityTimeoutError naming the partitions. A broker that dies during the wait
 (a request to it hangs until its timeout) costs one short attempt, never the whole wait: each
-ListOffsets round is capped at `ATTEMPT_S` and retried until the deadline.
+ListOffsets round is capped at `offsets.ATTEMPT_S` and retried until the deadline.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import OffsetSpec
 
-from pipeline_project.streaming.errors import VisibilityTimeoutError, is_transient
-
-ATTEMPT_S = 5.0
+from pipeline_project.streaming.errors import VisibilityTimeoutError
+from pipeline_project.streaming.offsets import attempt_budget, one_attempt
 
 
 def wait_until_visible(admin: Any, last_written: Mapping[tuple[str, int], int], timeout_s: float) -> float:
@@ -34,21 +32,12 @@ def wait_until_visible(admin: Any, last_written: Mapping[tuple[str, int], int], 
     pending = dict(last_written)
     stable: dict[tuple[str, int], int] = {}
     while pending:
-        attempt_s = max(0.5, min(ATTEMPT_S, deadline - time.monotonic()))
-        req = {TopicPartition(t, p): OffsetSpec.latest() for t, p in pending}
-        futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=attempt_s)
-        for tp, fut in futures.items():
-            key = (tp.topic, tp.partition)
-            try:
-                stable[key] = int(fut.result(timeout=attempt_s + 1.0).offset)
-            except FutureTimeoutError:
-                continue
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if err is None or not is_transient(err):
-                    raise
-                continue
-            if stable[key] > pending[key]:
+        got, _ = one_attempt(
+            admin, list(pending), OffsetSpec.latest(), IsolationLevel.READ_COMMITTED, attempt_budget(deadline)
+        )
+        stable.update(got)
+        for key, offset in got.items():
+            if offset > pending[key]:
                 del pending[key]
         if not pending:
             break

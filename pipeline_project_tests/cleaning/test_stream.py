@@ -68,3 +68,63 @@ def test_a_late_duplicate_is_retracted_from_an_uploaded_shard():
 def test_empty_batch():
     out, kept, shards = _run([], chunk_docs=10)
     assert (out.counts["in"], kept, shards) == (0, [], [])
+
+
+class RecordingPool:
+    """Runs the filters in process, and records when each chunk is handed over and when its output is awaited."""
+
+    def __init__(self, pipeline: CleaningPipeline):
+        self.pipeline, self.calls = pipeline, []
+
+    def submit(self, docs, batch_id):
+        n = sum(1 for c in self.calls if c[0] == "submit")
+        self.calls.append(("submit", n))
+        from pipeline_project.cleaning.profiles import run_filter_stage
+
+        output = run_filter_stage(self.pipeline.router, self.pipeline.filter_chains, docs, batch_id)
+
+        def wait():
+            self.calls.append(("wait", n))
+            return output
+
+        return wait
+
+
+def test_with_a_pool_the_next_chunk_is_filtering_while_this_one_is_deduplicated():
+    base = _corpus(24, 6)
+    texts = base + [base[2], _edit(base[3], 100, 5, 457_000), *_corpus(25, 3)]
+    plain_out, plain_kept, _ = _run(_docs("x", copy.deepcopy(texts)), chunk_docs=4)
+
+    client = MemoryS3Client({})
+    writer = BatchWriter(client, "b", "shards/x/attempt/", "exclusions/x/excluded.jsonl.zst")
+    cleaner = StreamingCleaner(CONFIG, chunk_docs=4)
+    cleaner.pipeline.pool = pool = RecordingPool(cleaner.pipeline)
+    out = cleaner.run(_docs("x", texts), "x", DedupIndex(), writer, _records)
+    assert pool.calls == [("submit", 0), ("submit", 1), ("wait", 0), ("submit", 2), ("wait", 1), ("wait", 2)]
+    assert out.counts == plain_out.counts and out.dropped_by_reason == plain_out.dropped_by_reason
+    kept = [
+        r["id"]
+        for s in writer.finish_shards()
+        for r in read_shard(client.get_object(Bucket="b", Key=s.key)["Body"].read())
+    ]
+    assert kept == plain_kept
+
+
+def test_a_real_pool_streams_to_the_same_decisions():
+    from pipeline_project.cleaning.parallel import FilterPool
+
+    base = _corpus(26, 6)
+    texts = base + [base[1], _edit(base[4], 100, 5, 458_000), *_corpus(27, 4)]
+    plain_out, plain_kept, _ = _run(_docs("x", copy.deepcopy(texts)), chunk_docs=3)
+    client = MemoryS3Client({})
+    writer = BatchWriter(client, "b", "shards/x/attempt/", "exclusions/x/excluded.jsonl.zst")
+    with FilterPool(CONFIG, workers=2) as pool:
+        cleaner = StreamingCleaner(CONFIG, pool=pool, chunk_docs=3)
+        out = cleaner.run(_docs("x", texts), "x", DedupIndex(), writer, _records)
+    kept = [
+        r["id"]
+        for s in writer.finish_shards()
+        for r in read_shard(client.get_object(Bucket="b", Key=s.key)["Body"].read())
+    ]
+    assert out.chunks == 4 and kept == plain_kept and "x-6" not in kept and "x-7" not in kept
+    assert out.counts == plain_out.counts and out.dropped_by_reason == plain_out.dropped_by_reason

@@ -1,0 +1,174 @@
+"""New S3 object -> visible to read_committed readers of the topic: p50 / p95 over a stream of uploads.
+
+    .venv/bin/python bench/arrival_latency.py [--uploads 20] [--interval 30]
+
+Starts a throw-away stack on free ports under a temp dir (3 brokers, S3, PostgreSQL, MLflow, and the Dagster
+webserver + daemon with the deployed `raw_s3_sensor`), then uploads one object of the generated sample every
+`--interval` seconds under an append-style key. For each object it records when the sensor registered it in a
+batch, when that batch's run started and ended, and when the batch's ledger record (written in the same Kafka
+transaction as its blocks) became readable with read_committed: that last moment is "visible". Writes
+bench/results/arrival_latency.json and prints a table with the load average. Goal: p50 <= 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline_project.stack import Stack  # noqa: E402
+from pipeline_project.streaming.ledger import read_ledger  # noqa: E402
+from pipeline_project_tests.reliability import dagster_faults as df  # noqa: E402
+from pipeline_project_tests.reliability.conftest import (  # noqa: E402
+    BASE_SERVICES,
+    ROOT_PREFIXES,
+    claim,
+    reap_orphaned_stacks,
+    stop_leftovers,
+    teardown_on_sigterm,
+)
+from pipeline_project_tests.reliability.faults import ensure_transaction_state, kafka_of, throwaway_config  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "arrival_latency.json"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def measure(stack: Stack, uploads: int, interval_s: float, timeout_s: float) -> list[dict]:
+    instance = df.dagster_instance(stack)
+    kafka, topic = kafka_of(stack), stack.settings().topic
+    rows: list[dict] = []
+    pending: list[dict] = []
+    next_upload = time.time()
+    deadline = None
+    try:
+        while len(rows) < uploads or pending:
+            now = time.time()
+            if len(rows) < uploads and now >= next_upload:
+                keys = df.upload_wave(stack, seed=500 + len(rows), files=1)
+                row = {"key": keys[0], "uploaded": time.time()}
+                rows.append(row)
+                pending.append(row)
+                next_upload += interval_s
+                deadline = time.time() + timeout_s
+            if pending:
+                batches = df.registered_batches(stack, instance)
+                ledger = read_ledger(kafka, topic)
+                for row in list(pending):
+                    if "batch" not in row:
+                        row["batch"] = next((b for b, keys in batches.items() if row["key"] in keys), None)
+                        if row["batch"] is None:
+                            del row["batch"]
+                            continue
+                        row["registered"] = time.time()
+                    if row["batch"] in ledger:
+                        row["visible"] = time.time()
+                        runs = df.sensor_runs(instance, row["batch"])
+                        if runs:
+                            rec = instance.get_run_record_by_id(runs[0].run_id)
+                            row["run_id"], row["run_start"], row["run_end"] = (
+                                runs[0].run_id,
+                                rec.start_time,
+                                rec.end_time,
+                            )
+                            row["run_status"] = rec.dagster_run.status.value
+                        pending.remove(row)
+                        print(f"  {row['key']}: visible after {row['visible'] - row['uploaded']:.1f}s", flush=True)
+            if deadline is not None and pending and time.time() > deadline:
+                for row in pending:
+                    row["timed_out"] = True
+                    print(f"  {row['key']}: not visible within {timeout_s:g}s", flush=True)
+                pending.clear()
+            time.sleep(0.5)
+    finally:
+        instance.dispose()
+    return rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    def span(a: str, b: str) -> list[float]:
+        return [r[b] - r[a] for r in rows if r.get(a) is not None and r.get(b) is not None]
+
+    parts = {
+        "upload -> visible": span("uploaded", "visible"),
+        "upload -> registered by the sensor": span("uploaded", "registered"),
+        "registered -> run started": span("registered", "run_start"),
+        "run started -> run ended": span("run_start", "run_end"),
+    }
+    return {
+        name: {
+            "n": len(v),
+            "p50_s": round(percentile(v, 0.5), 1),
+            "p95_s": round(percentile(v, 0.95), 1),
+            "mean_s": round(statistics.fmean(v), 1),
+        }
+        for name, v in parts.items()
+        if v
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--uploads", type=int, default=20)
+    parser.add_argument("--interval", type=float, default=30.0, help="seconds between uploads")
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up on an object after this many seconds")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    started = time.time()
+    reap_orphaned_stacks()
+    root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIXES[1]))
+    root.chmod(0o755)  # PostgreSQL runs as the postgres user and must reach its data dir
+    claim(root)
+    stack = Stack(throwaway_config(root / "state"))
+    with teardown_on_sigterm():
+        try:
+            stack.up(BASE_SERVICES, timeout=300)
+            ensure_transaction_state(kafka_of(stack))
+            df.start_dagster(stack)
+            load_start = os.getloadavg()
+            rows = measure(stack, args.uploads, args.interval, args.timeout)
+            load_end = os.getloadavg()
+        finally:
+            stack.down(wipe=True)
+            stop_leftovers(stack.state_dir, dagster_only=False)
+            shutil.rmtree(root, ignore_errors=True)
+
+    summary = summarize(rows)
+    result = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "wall_s": round(time.time() - started, 1),
+        "cpus": os.cpu_count(),
+        "load_avg": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in load_end]},
+        "interval_s": args.interval,
+        "timed_out": sum(1 for r in rows if r.get("timed_out")),
+        "summary": summary,
+        "uploads": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"\n| span ({len(rows)} uploads, one every {args.interval:g} s) | p50 s | p95 s | mean s |")
+    print("|---|---:|---:|---:|")
+    for name, s in summary.items():
+        print(f"| {name} | {s['p50_s']} | {s['p95_s']} | {s['mean_s']} |")
+    la = result["load_avg"]
+    print(f"\nload average {la['start'][0]} -> {la['end'][0]} (1 min), {os.cpu_count()} CPUs; "
+          f"{result['timed_out']} timed out; {result['wall_s']:.0f}s -> {args.out.relative_to(REPO)}")  # fmt: skip
+    return 0 if result["timed_out"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
