@@ -69,7 +69,9 @@ class DedupIndex:
         return self.signatures[int(number)]
 
     def commit_batch(self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float) -> dict:
-        """Add a batch's kept documents. In memory there is one writer, so no document is ever taken first."""
+        """Add (or, for a re-run, replace) a batch's kept documents. In memory there is one writer, so no document
+        is ever taken first."""
+        self.drop_batch(batch_id)
         self.add(batch_id, list(doc_ids), exact_keys, band_keys, signatures)
         return {}
 
@@ -92,11 +94,10 @@ class DedupIndex:
         band_keys: np.ndarray | None,
         signatures: np.ndarray | None,
     ) -> None:
-        """Add one batch's kept documents; rows without a MinHash signature carry all-zero bands and are skipped."""
+        """Append kept documents of a batch (a streamed batch adds one chunk at a time, so earlier chunks stay);
+        rows without a MinHash signature carry all-zero bands and are skipped."""
         if not doc_ids:
             return
-        if batch_id in self.batches:
-            self.drop_batch(batch_id)
         if batch_id not in self.batches:
             self.batches.append(batch_id)
         b = self.batches.index(batch_id)

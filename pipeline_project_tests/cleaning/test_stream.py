@@ -128,3 +128,15 @@ def test_a_real_pool_streams_to_the_same_decisions():
     ]
     assert out.chunks == 4 and kept == plain_kept and "x-6" not in kept and "x-7" not in kept
     assert out.counts == plain_out.counts and out.dropped_by_reason == plain_out.dropped_by_reason
+
+
+def test_a_duplicate_any_number_of_chunks_later_is_found():
+    # a regression: each chunk's keys used to replace the batch's earlier chunks in the local index, so a copy
+    # two or more chunks after its original was kept
+    base = _corpus(26, 6)
+    texts = base + [base[1], _edit(base[4], 100, 5, 458_000), *_corpus(27, 4), base[0]]
+    whole = [d.id for d in CleaningPipeline(CONFIG).run(_docs("x", copy.deepcopy(texts)), "x", DedupIndex()).kept]
+    assert {"x-6", "x-7", "x-12"}.isdisjoint(whole)
+    for chunk_docs in (1, 2, 3, 5):
+        _, kept, _ = _run(_docs("x", copy.deepcopy(texts)), chunk_docs=chunk_docs)
+        assert kept == whole, chunk_docs
