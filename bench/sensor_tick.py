@@ -1,7 +1,7 @@
 """The raw sensor's cost per tick against the number of objects already under the prefix.
 
     .venv/bin/pipeline-project stack up --services s3
-    .venv/bin/python bench/sensor_tick.py [--existing 10000 100000] [--new 10] [--repeats 5]
+    .venv/bin/python bench/sensor_tick.py [--existing 10000 100000] [--new 10] [--repeats 5] [--full-repeats 2]
 
 Fills `bench-sensor-<stamp>/raw/` on the stack's S3 server with sequence-numbered keys (an append-style layout),
 the cursor taken past all of them, then drops `--new` objects after them and times one tick of the sensor's
@@ -66,7 +66,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--existing", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--new", type=int, default=10, help="objects that arrive before each measured tick")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="append ticks per size")
+    parser.add_argument("--full-repeats", type=int, default=0, help="full-listing ticks per size (0: repeats // 2)")
     args = parser.parse_args()
 
     settings = Stack().settings()  # the local stack's endpoint and keys
@@ -93,7 +94,7 @@ def main() -> None:
             assert tick["kind"] == "append" and tick["taken"] == args.new, tick
             appends.append(tick)
             cursor = tick["cursor"]
-        for _ in range(max(1, args.repeats // 2)):
+        for _ in range(args.full_repeats or max(1, args.repeats // 2)):
             tick = one_tick(client, bucket, prefix, cursor, full_limits, counter)
             assert tick["kind"] == "full", tick
             fulls.append(tick)
@@ -113,7 +114,8 @@ def main() -> None:
         print(
             f"{existing:>8} existing: append tick {row['append_tick_ms_median']} ms, full {row['full_tick_ms_median']} ms"
         )
-    result = {"command": "python bench/sensor_tick.py " + " ".join(f"--existing {e}" for e in args.existing),
+    result = {"command": "python bench/sensor_tick.py --existing " + " ".join(str(e) for e in args.existing)
+              + f" --repeats {args.repeats} --full-repeats {args.full_repeats}",
               "new_per_tick": args.new, "repeats": args.repeats, "prefix": prefix,
               "load_avg": {"start": load, "end": [round(x, 2) for x in os.getloadavg()]}, "rows": rows}  # fmt: skip
     if len(rows) > 1:

@@ -3,11 +3,11 @@
 import dagster as dg
 
 from pipeline_project.assets import checkpoint, cleaned, raw, token_blocks
-from pipeline_project.assets.checkpoint import deepseek_checkpoint
-from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS
+from pipeline_project.assets.partitions import INGEST_RUN_TAGS
+from pipeline_project.jobs import INGEST_SELECTION, ingest_batch, train_checkpoint
 from pipeline_project.resources import build_resources
 from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
-from pipeline_project.sensors.raw_s3 import INGEST_SELECTION, raw_s3_sensor
+from pipeline_project.sensors.raw_s3 import raw_s3_sensor
 
 _modules = [raw, cleaned, token_blocks, checkpoint]
 
@@ -25,6 +25,6 @@ defs = dg.Definitions(
     assets=dg.load_assets_from_modules(_modules),
     asset_checks=dg.load_asset_checks_from_modules(_modules),
     sensors=[raw_s3_sensor, checkpoint_trigger_sensor, ingest_automation_sensor],
-    jobs=[dg.define_asset_job("train_checkpoint", selection=[deepseek_checkpoint], tags=TRAINING_RUN_TAGS)],
+    jobs=[ingest_batch, train_checkpoint],
     resources=build_resources(),
 )

@@ -74,7 +74,7 @@ def cleaned_shards(
         exclusions_key=f"{layout.exclusions_dir(batch_id)}{attempt}/{publish.EXCLUSIONS_NAME}",
         max_shard_bytes=cleaning.max_shard_mb << 20,
     )
-    workers = cleaning.worker_count()
+    workers = cleaning.worker_count(manifest.total_bytes)
     try:
         with FilterPool(config, workers) if workers > 1 else contextlib.nullcontext() as pool:
             cleaner = StreamingCleaner(config, pool, cleaning.chunk_docs, cleaning.chunk_mb << 20)

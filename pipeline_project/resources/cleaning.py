@@ -13,7 +13,9 @@ class CleaningResource(dg.ConfigurableResource):
 
     The rest sizes the work, never what is kept: `workers` processes run the per-document filters (0: one per
     core this process may use, 1: in process), and a batch streams through in chunks of `chunk_docs`
-    documents or `chunk_mb` of text, whichever comes first, so memory does not grow with the batch.
+    documents or `chunk_mb` of text, whichever comes first, so memory does not grow with the batch. A batch
+    of less than `pool_min_mb` raw bytes is cleaned in process: starting the workers (each loads the chain's
+    models) costs more than its filters would (0: always use the workers).
     """
 
     config_path: str | None = None
@@ -21,6 +23,7 @@ class CleaningResource(dg.ConfigurableResource):
     chunk_docs: int = 5000
     chunk_mb: int = 64
     max_shard_mb: int = 32
+    pool_min_mb: float = 4.0
 
     def config(self):
         from pipeline_project.cleaning import CleaningConfig
@@ -28,7 +31,10 @@ class CleaningResource(dg.ConfigurableResource):
         overrides = json.loads(Path(self.config_path).read_text()) if self.config_path else {}
         return CleaningConfig.model_validate(overrides)
 
-    def worker_count(self) -> int:
+    def worker_count(self, batch_bytes: int | None = None) -> int:
+        """Filter processes for a batch of `batch_bytes` raw bytes (1: in process)."""
         from pipeline_project.cleaning.parallel import default_workers
 
+        if batch_bytes is not None and batch_bytes < self.pool_min_mb * (1 << 20):
+            return 1
         return self.workers if self.workers > 0 else default_workers()

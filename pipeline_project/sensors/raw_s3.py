@@ -4,26 +4,22 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from dagster_aws.s3.sensor import get_objects
 
-from pipeline_project.assets.cleaned import cleaned_shards
 from pipeline_project.assets.partitions import INGEST_RUN_TAGS, batches
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.ingest import BatchManifest, make_batch_id, write_manifest_once
+from pipeline_project.jobs import ingest_batch
 from pipeline_project.listing import Limits, TickCursor, plan_tick
 from pipeline_project.resources.layout import PipelineLayout
-
-INGEST_SELECTION = [raw_text, cleaned_shards, token_blocks]
 
 
 @dg.sensor(
     name="raw_s3_sensor",
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    asset_selection=INGEST_SELECTION,
+    job=ingest_batch,
     description="Lists the raw prefix after the cursor (keys after the last one taken; the whole prefix every "
     "`full_scan_every` ticks); new objects become one `batches` partition (at most max_objects_per_batch "
-    "objects and max_batch_mb) with an immutable manifest, and one run of raw_text -> cleaned_shards -> "
-    "token_blocks.",
+    "objects and max_batch_mb) with an immutable manifest, and one `ingest_batch` run of raw_text -> "
+    "cleaned_shards -> token_blocks.",
 )
 def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: PipelineLayout) -> dg.SensorResult:
     cursor = TickCursor.from_json(context.cursor)

@@ -33,6 +33,8 @@ local_artifact_storage:
 run_coordinator:
   module: dagster._core.run_coordinator
   class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
 # Kinds of work get limits of their own (keys as in dagster 1.13's `_core/instance/config.py`): at most one
 # training run; ingest runs have their own limit, and max_concurrent_runs leaves room for both, so ingest
 # never waits behind training. Runs carry `pipeline/kind` (sensors, the train_checkpoint job, the ingest
@@ -48,8 +50,8 @@ concurrency:
         value: ingest
         limit: 3
   pools:
-    # every pool's limit: `training` (deepseek_checkpoint: one training step at a time) and `dedup_index`
-    # (cleaned_shards: the cross-batch index is read, extended and written back)
+    # every pool's limit: `training` (deepseek_checkpoint: one training step at a time); cleaned_shards needs
+    # no pool, the dedup index in PostgreSQL decides first-writer-wins
     default_limit: 1
     granularity: op
 # A run whose steps still fail after their retry policy is launched again, up to max_retries times.

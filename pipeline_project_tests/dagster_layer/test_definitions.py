@@ -36,3 +36,12 @@ def test_code_location_imports_nothing_heavy():
     )
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_small_batch_is_cleaned_in_process_and_a_large_one_over_the_workers():
+    from pipeline_project.resources.cleaning import CleaningResource
+
+    auto = CleaningResource(workers=3)
+    assert auto.worker_count(1 << 20) == 1  # below pool_min_mb: starting workers costs more than the filters
+    assert auto.worker_count(8 << 20) == 3 and auto.worker_count() == 3
+    assert CleaningResource(workers=3, pool_min_mb=0).worker_count(10) == 3

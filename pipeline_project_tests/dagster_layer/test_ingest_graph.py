@@ -69,7 +69,7 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_in
     instance = pg_instance  # Dagster storage in PostgreSQL, as the stack and deploy/ configure it
     from pipeline_project.resources.cleaning import CleaningResource
 
-    resources = {**resources, "cleaning": CleaningResource(workers=2, chunk_docs=20)}  # pool, several chunks
+    resources = {**resources, "cleaning": CleaningResource(workers=2, chunk_docs=20, pool_min_mb=0)}  # pool, chunks
     files = generate(seed=2, docs_per_language=6)
     _upload(s3, layout, files)
     tick = _tick(instance, resources, None)
@@ -83,6 +83,7 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_in
     mats = [e.materialization for e in result.get_asset_materialization_events()]
     meta = {m.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in m.metadata.items()} for m in mats}
     c = meta["cleaned_shards"]
+    assert c["filter_workers"] == 2
     assert c["documents_in"] == c["kept"] + c["dropped"] + c["quarantined"]
     assert c["kept"] > 0 and c["dropped"] > 0 and c["quarantined"] > 0  # the sample has dupes, junk and bad lines
     assert meta["raw_text"]["objects"] > 0 and meta["raw_text"]["missing_or_changed"] == 0

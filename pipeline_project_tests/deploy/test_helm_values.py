@@ -216,8 +216,10 @@ def test_the_instance_policy_equals_deploy_dagster_yaml():
     concurrency = values["concurrency"]
     assert concurrency["enabled"] is True
     assert {k: v for k, v in concurrency.items() if k != "enabled"} == _camel_keys(instance["concurrency"])
-    # the chart refuses run limits in both places; they live under `concurrency`
-    assert not daemon["runCoordinator"]["config"]["queuedRunCoordinator"]
+    # the chart refuses run limits in both places; they live under `concurrency`. The queue's own setting is here
+    assert daemon["runCoordinator"]["config"]["queuedRunCoordinator"] == _camel_keys(
+        instance["run_coordinator"]["config"]
+    )
 
 
 def test_the_user_deployment_serves_the_project_module_and_runs_on_k8s():

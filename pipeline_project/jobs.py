@@ -1,0 +1,28 @@
+"""The jobs the sensors and the UI launch.
+
+`ingest_batch` runs a batch's three ingest assets (and their checks) in one process. They run one after
+another anyway, so the multiprocess executor's step subprocesses add nothing but their start-up: each
+imports the code location again, seconds per step on a small machine, and a new object waits for all of it
+(bench/arrival_latency.py). Steps still retry by their RetryPolicy, and run retries relaunch a failed run.
+"""
+
+import dagster as dg
+
+from pipeline_project.assets.checkpoint import deepseek_checkpoint
+from pipeline_project.assets.cleaned import cleaned_shards
+from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS, batches
+from pipeline_project.assets.raw import raw_text
+from pipeline_project.assets.token_blocks import token_blocks
+
+INGEST_SELECTION = [raw_text, cleaned_shards, token_blocks]
+
+ingest_batch = dg.define_asset_job(
+    "ingest_batch",
+    selection=INGEST_SELECTION,
+    partitions_def=batches,
+    tags=INGEST_RUN_TAGS,
+    executor_def=dg.in_process_executor,
+    description="One batch: raw_text -> cleaned_shards -> token_blocks and their checks, in one process.",
+)
+
+train_checkpoint = dg.define_asset_job("train_checkpoint", selection=[deepseek_checkpoint], tags=TRAINING_RUN_TAGS)
