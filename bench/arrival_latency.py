@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,15 +26,8 @@ sys.path.insert(0, str(REPO))
 from pipeline_project.stack import Stack  # noqa: E402
 from pipeline_project.streaming.ledger import read_ledger  # noqa: E402
 from pipeline_project_tests.reliability import dagster_faults as df  # noqa: E402
-from pipeline_project_tests.reliability.conftest import (  # noqa: E402
-    BASE_SERVICES,
-    ROOT_PREFIXES,
-    claim,
-    reap_orphaned_stacks,
-    stop_leftovers,
-    teardown_on_sigterm,
-)
-from pipeline_project_tests.reliability.faults import ensure_transaction_state, kafka_of, throwaway_config  # noqa: E402
+from pipeline_project_tests.reliability.conftest import ROOT_PREFIXES, throwaway_stack  # noqa: E402
+from pipeline_project_tests.reliability.faults import kafka_of  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "arrival_latency.json"
 
@@ -150,23 +141,11 @@ def main() -> int:
     args = parser.parse_args()
 
     started = time.time()
-    reap_orphaned_stacks()
-    root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIXES[1]))
-    root.chmod(0o755)  # PostgreSQL runs as the postgres user and must reach its data dir
-    claim(root)
-    stack = Stack(throwaway_config(root / "state"))
-    with teardown_on_sigterm():
-        try:
-            stack.up(BASE_SERVICES, timeout=300)
-            ensure_transaction_state(kafka_of(stack))
-            df.start_dagster(stack)
-            load_start = os.getloadavg()
-            rows = measure(stack, args.uploads, args.interval, args.timeout)
-            load_end = os.getloadavg()
-        finally:
-            stack.down(wipe=True)
-            stop_leftovers(stack.state_dir, dagster_only=False)
-            shutil.rmtree(root, ignore_errors=True)
+    with throwaway_stack(ROOT_PREFIXES[1]) as stack:
+        df.start_dagster(stack)
+        load_start = os.getloadavg()
+        rows = measure(stack, args.uploads, args.interval, args.timeout)
+        load_end = os.getloadavg()
 
     summary = summarize(rows)
     result = {

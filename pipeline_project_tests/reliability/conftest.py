@@ -107,11 +107,12 @@ def teardown_on_sigterm():
             signal.signal(signal.SIGTERM, previous)
 
 
-@pytest.fixture(scope="session")
-def fault_stack() -> Iterator[Stack]:
+@contextlib.contextmanager
+def throwaway_stack(prefix: str) -> Iterator[Stack]:
+    """The base services on free ports under a fresh temp dir; stopped and wiped on exit or SIGTERM."""
     reap_orphaned_stacks()
     # Not pytest's tmp_path: its root is private to the test user, and PostgreSQL runs as `postgres`.
-    root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIXES[0]))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     root.chmod(0o755)
     claim(root)
     stack = Stack(throwaway_config(root / "state"))
@@ -124,6 +125,12 @@ def fault_stack() -> Iterator[Stack]:
             stack.down(wipe=True)
             stop_leftovers(stack.state_dir, dagster_only=False)
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def fault_stack() -> Iterator[Stack]:
+    with throwaway_stack(ROOT_PREFIXES[0]) as stack:
+        yield stack
 
 
 @pytest.fixture
