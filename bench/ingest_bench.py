@@ -17,6 +17,7 @@ and lookup seconds of cleaned_shards, and ru_maxrss of the subprocess.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -181,7 +182,8 @@ def main() -> None:
 
     def upload(name: str, mb: float) -> str:
         key = f"{prefix}raw/{name}.jsonl"
-        client.put_object(Bucket=settings.bucket, Key=key, Body=make_batch(texts, mb, rng))
+        # multipart, as `aws s3 cp` does: s3proxy (256 MB heap) answers one PutObject of ~100 MB+ with 500 (OOM)
+        client.upload_fileobj(io.BytesIO(make_batch(texts, mb, rng)), settings.bucket, key)
         return key
 
     load = os.getloadavg()

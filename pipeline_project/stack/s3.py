@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipeline_project.settings import make_s3_client
 
-from .jars import classpath, ensure_jars, java
+from .jars import DEPLOY_DIR, classpath, ensure_jars, java
 from .processes import ManagedProcess, http_get
 from .service import Service, ServiceStatus
 
@@ -12,6 +12,9 @@ from .service import Service, ServiceStatus
 def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1"):
     """A client that gives up fast: the stack asks whether the server answers, it does not move data."""
     return make_s3_client(endpoint, access_key, secret_key, region, max_attempts=2, connect_timeout=2, read_timeout=10)
+
+
+LOGBACK_XML = DEPLOY_DIR / "s3proxy" / "logback.xml"
 
 
 class S3Service(Service):
@@ -25,6 +28,7 @@ class S3Service(Service):
                     java(),
                     f"-Xmx{self.config.s3_heap}",
                     "-XX:+UseSerialGC",
+                    f"-Dlogback.configurationFile={LOGBACK_XML}",
                     "-cp",
                     classpath("s3proxy"),
                     "org.gaul.s3proxy.Main",

@@ -96,3 +96,12 @@ def test_status_exits_non_zero_when_a_service_is_down(tmp_path):
     )
     assert result.exit_code == 1
     assert '"healthy": false' in result.output and f"127.0.0.1:{port}" in result.output
+
+
+def test_s3proxy_logs_warnings_only(s3_stack: Stack):
+    s3_stack.up(["s3"], timeout=120)
+    for i in range(5):
+        assert _put_and_read(s3_stack, f"raw/log-{i}.txt", b"x") == b"x"
+    log = (s3_stack.state_dir / "s3" / "s3proxy.log").read_text()
+    assert " DEBUG " not in log and " INFO " not in log, log[-2000:]
+    assert "filesystem storage backend deprecated" in log  # a WARN line still comes through
