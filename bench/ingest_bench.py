@@ -107,7 +107,8 @@ def run_one(args: argparse.Namespace) -> dict:
         topic=args.topic,
     )
     res["dedup"] = DedupIndexResource(postgres_url=settings.postgres_url, schema_name=args.schema)
-    res["cleaning"] = CleaningResource(workers=args.workers)
+    # workers -1: the whole chain in this process (no pool), the one-process baseline of the scaling run
+    res["cleaning"] = CleaningResource(workers=max(args.workers, 0), pool_min_mb=1e9 if args.workers < 0 else 4.0)
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(batches.name, [batch_id])
         assets = [raw.raw_text, cleaned.cleaned_shards, token_blocks.token_blocks]
@@ -160,6 +161,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=50, help="consecutive batches for the dedup-cost curve")
     parser.add_argument("--rss-mb", type=float, nargs="*", default=[50, 200, 800], help="batch sizes for peak RSS")
     parser.add_argument("--scaling-mb", type=float, default=20, help="batch size for the 1 vs 2 worker run")
+    parser.add_argument("--only", choices=["scaling"], help="run only the scaling part, merged into ingest.json")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -180,20 +182,38 @@ def main() -> None:
     texts = corpus_docs()
     rng = random.Random(0)
 
-    def upload(name: str, mb: float) -> str:
+    def upload(name: str, mb: float, body: bytes | None = None) -> str:
         key = f"{prefix}raw/{name}.jsonl"
         # multipart, as `aws s3 cp` does: s3proxy (256 MB heap) answers one PutObject of ~100 MB+ with 500 (OOM)
-        client.upload_fileobj(io.BytesIO(make_batch(texts, mb, rng)), settings.bucket, key)
+        client.upload_fileobj(io.BytesIO(body or make_batch(texts, mb, rng)), settings.bucket, key)
         return key
 
     load = os.getloadavg()
     results: dict = {"load_average_start": load, "corpus_texts": len(texts)}
+    if args.only == "scaling" and RESULTS.exists():
+        results = {**json.loads(RESULTS.read_text()), "scaling_load_average_start": load}
+    # the same bytes three times: in one process (no pool), then 1 and 2 filter workers beside the main process
+    body = make_batch(texts, args.scaling_mb, rng)
     scaling = {}
-    for workers in (1, 2):
-        key = upload(f"scaling-{workers}", args.scaling_mb)
-        scaling[workers] = child(key, prefix, topic, f"bench_{stamp}_scaling{workers}", workers)
+    for workers in (-1, 1, 2):
+        name = "in-process" if workers < 0 else f"workers-{workers}"
+        scaling[name] = child(
+            upload(f"scaling-{name}", 0, body), prefix, topic, f"bench_{stamp}_s{workers + 1}", workers
+        )
     results["scaling"] = scaling
-    results["scaling_factor"] = round(scaling[1]["wall_s"] / scaling[2]["wall_s"], 2)
+    results["scaling_factor"] = round(scaling["in-process"]["wall_s"] / scaling["workers-2"]["wall_s"], 2)
+    results["scaling_factor_cleaned_shards"] = round(
+        scaling["in-process"]["steps_s"]["cleaned_shards"] / scaling["workers-2"]["steps_s"]["cleaned_shards"], 2
+    )
+    if args.only == "scaling":
+        results["scaling_load_average_end"] = os.getloadavg()
+        RESULTS.write_text(json.dumps(results, indent=1))
+        print(f"load average {load[0]:.2f} -> {os.getloadavg()[0]:.2f}")
+        for name, r in scaling.items():
+            print(f"| {name} | {r['wall_s']} s | cleaned_shards {r['steps_s']['cleaned_shards']:.1f} s |")
+        print(f"scaling 1 process -> 2 workers: {results['scaling_factor']}x end to end, "
+              f"{results['scaling_factor_cleaned_shards']}x cleaned_shards")  # fmt: skip
+        return
 
     per_batch = args.mb / args.batches
     curve = [
@@ -218,7 +238,7 @@ def main() -> None:
     print(
         f"| end to end, 2 filter workers, {args.batches} batches of {per_batch:.1f} MB | {total_mb / total_s:.3f} MB/s |"
     )
-    print(f"| scaling 1 -> 2 workers ({args.scaling_mb:g} MB batch) | {results['scaling_factor']}x |")
+    print(f"| scaling 1 process -> 2 filter workers ({args.scaling_mb:g} MB batch) | {results['scaling_factor']}x |")
     print(f"| cleaned_shards seconds, last {k} / first {k} batches (median) | {results['cleaning_last_over_first']} |")
     for r in results["rss"]:
         print(

@@ -68,6 +68,12 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=10, help="objects that arrive before each measured tick")
     parser.add_argument("--repeats", type=int, default=5, help="append ticks per size")
     parser.add_argument("--full-repeats", type=int, default=0, help="full-listing ticks per size (0: repeats // 2)")
+    parser.add_argument(
+        "--full-max-existing",
+        type=int,
+        default=None,
+        help="measure the full listing only up to this many objects (s3proxy's is O(n^2) in pages)",
+    )
     args = parser.parse_args()
 
     settings = Stack().settings()  # the local stack's endpoint and keys
@@ -94,7 +100,10 @@ def main() -> None:
             assert tick["kind"] == "append" and tick["taken"] == args.new, tick
             appends.append(tick)
             cursor = tick["cursor"]
-        for _ in range(args.full_repeats or max(1, args.repeats // 2)):
+        full_runs = args.full_repeats or max(1, args.repeats // 2)
+        if args.full_max_existing is not None and existing > args.full_max_existing:
+            full_runs = 0
+        for _ in range(full_runs):
             tick = one_tick(client, bucket, prefix, cursor, full_limits, counter)
             assert tick["kind"] == "full", tick
             fulls.append(tick)
@@ -104,9 +113,9 @@ def main() -> None:
             "append_tick_ms_median": round(statistics.median(t["s"] for t in appends) * 1000, 1),
             "append_requests": appends[-1]["requests"],
             "append_keys_read": appends[-1]["keys"],
-            "full_tick_ms_median": round(statistics.median(t["s"] for t in fulls) * 1000, 1),
-            "full_requests": fulls[-1]["requests"],
-            "full_keys_read": fulls[-1]["keys"],
+            "full_tick_ms_median": round(statistics.median(t["s"] for t in fulls) * 1000, 1) if fulls else None,
+            "full_requests": fulls[-1]["requests"] if fulls else None,
+            "full_keys_read": fulls[-1]["keys"] if fulls else None,
         }
         rows.append(row)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +124,8 @@ def main() -> None:
             f"{existing:>8} existing: append tick {row['append_tick_ms_median']} ms, full {row['full_tick_ms_median']} ms"
         )
     result = {"command": "python bench/sensor_tick.py --existing " + " ".join(str(e) for e in args.existing)
-              + f" --repeats {args.repeats} --full-repeats {args.full_repeats}",
+              + f" --repeats {args.repeats} --full-repeats {args.full_repeats}"
+              + (f" --full-max-existing {args.full_max_existing}" if args.full_max_existing is not None else ""),
               "new_per_tick": args.new, "repeats": args.repeats, "prefix": prefix,
               "load_avg": {"start": load, "end": [round(x, 2) for x in os.getloadavg()]}, "rows": rows}  # fmt: skip
     if len(rows) > 1:

@@ -29,10 +29,12 @@ Guarantees, and the failures they survive:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -58,6 +60,7 @@ from pipeline_project.streaming.staging import (
     MessageEncoder,
     StreamHasher,
     StreamItem,
+    read_while,
     rechunk,
     skip_blocks,
     stage_chunks,
@@ -141,31 +144,26 @@ def produce_blocks(
         raise ValueError(f"ledger key {ledger_key!r} must not end with {PROGRESS_SUFFIX!r} (progress records do)")
     txid = transactional_id or transactional_id_for(settings, topic, ledger_key)
     started = time.perf_counter()
-    timeout = config.ledger_read_timeout_s
-
-    admin = settings.make_admin()
-    ensure_ledger_topic(admin, topic, timeout_s=timeout)
-    partitions = sorted(admin.list_topics(topic=topic, timeout=timeout).topics[topic].partitions)
-    current_id = topic_id(admin, topic, timeout)
-    stats = KafkaStats() if config.statistics_interval_ms else None
-    tx_settings = settings.model_copy(
-        update={
-            "statistics_interval_ms": config.statistics_interval_ms or settings.statistics_interval_ms,
-            "producer_overrides": {
-                "transaction.timeout.ms": config.transaction_timeout_ms,
-                **settings.producer_overrides,
-            },
-        }
-    )
-    # init_transactions fences older producers of this key and ends their open transaction,
-    # so the ledger read below sees the final committed state.
-    producer = tx_settings.make_transactional_producer(txid, stats=stats)
-
+    items = iter(blocks_iter)
+    # Kafka setup (topics, init_transactions, the ledger read) runs in a thread while the input is read and
+    # tokenized ahead, up to one transaction's worth; that work is dropped when the ledger holds the batch. On
+    # any failure the setup is waited for: a setup left running could fence the retry's producer.
+    with ThreadPoolExecutor(1, thread_name_prefix="produce-setup") as pool:
+        pending = pool.submit(_connect, settings, topic, txid, config)
+        try:
+            t0 = time.perf_counter()
+            ahead = read_while(items, lambda: not pending.done(), config.transaction_max_bytes)
+            ahead_s = time.perf_counter() - t0
+            conn = pending.result()
+        except BaseException:
+            _close_input(items)
+            raise
+    admin, producer, current_id, records = conn.admin, conn.producer, conn.topic_id, conn.records
     fingerprint = (content_hash, tokenizer.hash, seq_len)
     where = f"ledger {ledger_topic(topic)} key {ledger_key!r}"
-    records = read_ledger_records(settings, topic, timeout_s=timeout)
     existing = records.completed.get(ledger_key)
     if existing is not None:
+        _close_input(items)
         _check_record(existing, fingerprint, current_id, where, "records")
         wait_until_visible(admin, _last_offsets(topic, existing.offsets), config.visibility_timeout_s)
         existing.reused = True
@@ -175,7 +173,7 @@ def produce_blocks(
     progress = records.progress.get(ledger_key)
     hasher = StreamHasher()
     per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
-    stream: Iterable[StreamItem] = rechunk(blocks_iter, per_message)  # messages; per domain when tagged
+    stream: Iterable[StreamItem] = rechunk(itertools.chain(ahead, items), per_message)  # per domain when tagged
     if progress is not None:
         _check_record(progress, fingerprint, current_id, where, "has a partly produced batch of")
         log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
@@ -186,8 +184,8 @@ def produce_blocks(
 
     per_chunk = max(1, config.transaction_max_bytes // (per_message * seq_len * TOKEN_BYTES))
     txs = BatchTransactions(
-        producer, txid=txid, topic=topic, ledger_key=ledger_key, partitions=partitions,
-        start=xxhash.xxh64_intdigest(ledger_key.encode()) % len(partitions),
+        producer, txid=txid, topic=topic, ledger_key=ledger_key, partitions=conn.partitions,
+        start=xxhash.xxh64_intdigest(ledger_key.encode()) % len(conn.partitions),
         totals=BatchTotals.from_progress(progress), flush_timeout_s=config.flush_timeout_s,
     )  # fmt: skip
     encoder = MessageEncoder(tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source,
@@ -214,7 +212,7 @@ def produce_blocks(
             transactional_id=txid, domains=t.domains,
         )  # fmt: skip
 
-    setup_s = time.perf_counter() - started
+    setup_s = time.perf_counter() - started - ahead_s  # the part of the setup that tokenizing did not hide
     loop_started = time.perf_counter()
     tx_s = 0.0
     done = False
@@ -236,14 +234,14 @@ def produce_blocks(
     ledger = ledger_topic(topic)
     written = {**_last_offsets(topic, report.offsets), **_last_offsets(ledger, txs.tracker.partition_ranges(ledger))}
     visible_s = wait_until_visible(admin, written, config.visibility_timeout_s)
-    _serve_stats(producer, stats, config.statistics_interval_ms)
+    _serve_stats(producer, conn.stats, config.statistics_interval_ms)
     stage = {"setup": setup_s, **(_stage_timer.seconds if _stage_timer else {})}
-    stage["encode"] = max(0.0, loop_s - tx_s - sum(_stage_timer.seconds.values() if _stage_timer else ()))
+    stage["encode"] = max(0.0, loop_s + ahead_s - tx_s - sum(_stage_timer.seconds.values() if _stage_timer else ()))
     stage.update(produce=tx_s, visible=visible_s)
     report.stage_seconds = stage
     report.seconds = time.perf_counter() - started
     report.mb_per_s = report.bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
-    report.kafka_stats = stats.summary() if stats else {}
+    report.kafka_stats = conn.stats.summary() if conn.stats else {}
     log.info(
         "produced %d blocks (%d messages, %.1f MB, %d transactions, %d blocks resumed) to %s in %.2fs: %.1f MB/s, "
         "offsets %s",
@@ -251,6 +249,46 @@ def produce_blocks(
         report.seconds, report.mb_per_s, report.offsets,
     )  # fmt: skip
     return report
+
+
+@dataclass
+class _Connection:
+    admin: Any
+    partitions: list[int]
+    topic_id: str
+    stats: KafkaStats | None
+    producer: Any
+    records: Any
+
+
+def _connect(settings: KafkaSettings, topic: str, txid: str, config: ProducerConfig) -> _Connection:
+    """Ledger topic, partitions, topic id, a transactional producer (fencing older ones), the ledger's records."""
+    timeout = config.ledger_read_timeout_s
+    admin = settings.make_admin()
+    ensure_ledger_topic(admin, topic, timeout_s=timeout)
+    partitions = sorted(admin.list_topics(topic=topic, timeout=timeout).topics[topic].partitions)
+    current_id = topic_id(admin, topic, timeout)
+    stats = KafkaStats() if config.statistics_interval_ms else None
+    tx_settings = settings.model_copy(
+        update={
+            "statistics_interval_ms": config.statistics_interval_ms or settings.statistics_interval_ms,
+            "producer_overrides": {
+                "transaction.timeout.ms": config.transaction_timeout_ms,
+                **settings.producer_overrides,
+            },
+        }
+    )
+    # init_transactions fences older producers of this key and ends their open transaction,
+    # so the ledger read below sees the final committed state.
+    producer = tx_settings.make_transactional_producer(txid, stats=stats)
+    records = read_ledger_records(settings, topic, timeout_s=timeout)
+    return _Connection(admin, partitions, current_id, stats, producer, records)
+
+
+def _close_input(items: Iterator[Any]) -> None:
+    close = getattr(items, "close", None)
+    if close is not None:
+        close()
 
 
 def _domain_report(t: BatchTotals, seq_len: int, packer: DomainPackers | None) -> dict[str, dict[str, int]]:
@@ -343,9 +381,11 @@ def tokenize_and_produce(
     every message carries its `domain` header, and the report counts blocks, tokens and documents per domain.
     Bare texts are packed and produced exactly as before (no domain header).
 
-    `tokenizer` is a `TokenizerInfo`. Texts are only read when the ledger does not already hold
-    this key; they are read ahead in a background thread (`config.prefetch_batches`).
-    `stage_seconds` has setup / read / tokenize / pack / encode / produce / visible: read is time spent
+    `tokenizer` is a `TokenizerInfo`. Texts are read ahead in a background thread (`config.prefetch_batches`);
+    while the producer connects and reads the ledger, up to one transaction's worth is tokenized ahead, and
+    dropped when the ledger already holds this key.
+    `stage_seconds` has setup / read / tokenize / pack / encode / produce / visible: setup is the wait for the
+    Kafka setup that tokenizing ahead did not cover, read is time spent
     waiting on the reader, encode serialising and hashing the staged messages, produce the time inside
     transactions (producing, waiting on Kafka, committing), visible the wait for the commit markers.
     """

@@ -23,7 +23,7 @@ boundary), so the retry's messages are the uninterrupted run's whatever the doma
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Union
 
@@ -40,6 +40,19 @@ StreamItem = Union[np.ndarray, DomainBlocks]  # noqa: UP007 - a runtime alias
 def split_item(item: StreamItem) -> DomainBlocks:
     """(domain, blocks) of a stream item; a bare array is domain None."""
     return (None, item) if isinstance(item, np.ndarray) else (item[0], item[1])
+
+
+def read_while(items: Iterator[StreamItem], busy: Callable[[], bool], max_bytes: int) -> list[StreamItem]:
+    """Items taken from `items` while `busy()` holds, up to `max_bytes` of blocks (at least one check of busy)."""
+    ahead: list[StreamItem] = []
+    size = 0
+    while size < max_bytes and busy():
+        item = next(items, None)
+        if item is None:
+            break
+        ahead.append(item)
+        size += split_item(item)[1].nbytes
+    return ahead
 
 
 def _same_kind(item: StreamItem, blocks: np.ndarray) -> StreamItem:

@@ -228,7 +228,10 @@ def test_a_topic_recreated_under_a_kept_ledger_is_a_conflict_not_a_silent_reuse(
     assert consume_all(s, topic) == []
 
 
-def test_the_ledger_is_read_to_its_high_watermark_so_a_retry_never_misses_a_committed_batch(stack):
+def test_the_ledger_is_read_to_its_high_watermark_so_a_retry_never_misses_a_committed_batch(stack, monkeypatch):
+    import threading
+
+    from pipeline_project.streaming import producer as producer_module
     from pipeline_project.streaming.errors import ReadTimeoutError
     from pipeline_project.streaming.ledger import ledger_topic
 
@@ -237,14 +240,28 @@ def test_the_ledger_is_read_to_its_high_watermark_so_a_retry_never_misses_a_comm
     ensure_topic(s.make_admin(), topic, partitions=2)
     produce_blocks(s, topic, [_blocks(2)], **_kw("warm-up"))  # the ledger topic exists
     other = s.make_transactional_producer("test-other-ledger-" + topic)
+    ledger_read = threading.Event()
+    real_read = producer_module.read_ledger_records
+
+    def read_then_signal(*args, **kwargs):
+        try:
+            return real_read(*args, **kwargs)
+        finally:
+            ledger_read.set()
+
+    monkeypatch.setattr(producer_module, "read_ledger_records", read_then_signal)
 
     def blocks_while_another_batch_begins():
-        # after k1 read the ledger, another batch's transaction opens on the ledger partition, so k1's ledger
-        # record commits behind that open transaction: above the last stable offset until it ends
+        # the input is read ahead while the producer connects; once k1 has read the ledger, another batch's
+        # transaction opens on the ledger partition, so k1's ledger record commits behind that open
+        # transaction: above the last stable offset until it ends
+        blocks = _blocks(10, seed=2)
+        yield blocks[:5]
+        assert ledger_read.wait(30)
         other.begin_transaction()
         other.produce(ledger_topic(topic), key=b"other", value=b"{}")
         other.flush(30)
-        yield _blocks(10, seed=2)
+        yield blocks[5:]
 
     quick = CFG.model_copy(update={"visibility_timeout_s": 1.0, "ledger_read_timeout_s": 3.0})
     try:

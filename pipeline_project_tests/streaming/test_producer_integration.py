@@ -103,15 +103,20 @@ def test_same_ledger_key_produces_once(topic_and_settings):
     topic, s = topic_and_settings
     kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-b", ledger_key="batch-2", content_hash="h2", config=SMALL)
     first = produce_blocks(s, topic, [_blocks(1, 30)], **kw)
-    consumed_blocks = []
+    pulled, closed = [], []
 
     def second_iter():
-        consumed_blocks.append(1)
-        yield _blocks(1, 30)
+        try:
+            for i in range(1000):
+                pulled.append(i)
+                yield _blocks(1, 30)
+        finally:
+            closed.append(True)
 
     second = produce_blocks(s, topic, second_iter(), **kw)
     assert second.reused and not first.reused
-    assert not consumed_blocks  # the iterator was never pulled
+    # read ahead only while the ledger was read, at most one transaction's worth, then closed
+    assert len(pulled) <= SMALL.transaction_max_bytes // (30 * SEQ * 4) + 1 and closed == [True]
     assert second.offsets == first.offsets and second.blocks == first.blocks == 30
     msgs, _ = _decoded(s, topic)
     assert len(msgs) == first.messages
@@ -150,6 +155,23 @@ def test_failure_while_reading_opens_no_transaction_and_retry_produces_once(topi
     assert sorted(map(bytes, np.concatenate(list(decoded.values())))) == sorted(
         map(bytes, np.concatenate([_blocks(3, 40), _blocks(4, 2)]))
     )
+
+
+def test_input_failing_while_the_producer_connects_leaves_the_retry_unfenced(topic_and_settings):
+    """The input raises before the Kafka setup is done: the setup is awaited, so a late init_transactions
+    under the same transactional id can never fence the retry's producer."""
+    topic, s = topic_and_settings
+    kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-f", ledger_key="batch-f", content_hash="hf", config=SMALL)
+
+    def failing_at_once():
+        raise OSError("no such shard")
+        yield  # pragma: no cover - a generator that fails on its first pull
+
+    with pytest.raises(OSError, match="no such shard"):
+        produce_blocks(s, topic, failing_at_once(), **kw)
+    report = produce_blocks(s, topic, [_blocks(5, 12)], **kw)
+    assert (report.blocks, report.reused) == (12, False)
+    assert sum(len(b) for b in _decoded(s, topic)[1].values()) == 12
 
 
 def test_zombie_producer_is_fenced(topic_and_settings):

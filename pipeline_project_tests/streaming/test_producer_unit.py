@@ -5,6 +5,7 @@ from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.ledger import ProduceReport, ledger_topic
 from pipeline_project.streaming.prefetch import prefetch_batches
 from pipeline_project.streaming.producer import ProducerConfig, _rechunk, transactional_id_for
+from pipeline_project.streaming.staging import read_while
 
 
 def _arr(start, n, seq_len=3):
@@ -188,3 +189,15 @@ def produce_with_progress_suffix():
 
     produce_blocks(KafkaSettings(bootstrap_servers="a:1"), "t", [], tokenizer=None, seq_len=4, source="s",
                    ledger_key="k#progress", content_hash="c")  # fmt: skip
+
+
+def test_read_while_stops_when_setup_is_done_or_at_the_byte_bound():
+    blocks = [np.zeros((2, 4), np.uint32) for _ in range(10)]  # 32 bytes each
+    items = iter(blocks)
+    checks = iter([True, True, False])
+    assert len(read_while(items, lambda: next(checks), max_bytes=1 << 20)) == 2
+    assert len(list(items)) == 8  # the rest is left for the producer, in order
+    assert len(read_while(iter(blocks), lambda: True, max_bytes=64)) == 2
+    tagged = [("code", b) for b in blocks[:3]]
+    assert read_while(iter(tagged), lambda: True, max_bytes=1 << 20) == tagged  # input exhausted
+    assert read_while(iter(blocks), lambda: False, max_bytes=1 << 20) == []
