@@ -161,7 +161,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=50, help="consecutive batches for the dedup-cost curve")
     parser.add_argument("--rss-mb", type=float, nargs="*", default=[50, 200, 800], help="batch sizes for peak RSS")
     parser.add_argument("--scaling-mb", type=float, default=20, help="batch size for the 1 vs 2 worker run")
-    parser.add_argument("--only", choices=["scaling"], help="run only the scaling part, merged into ingest.json")
+    parser.add_argument("--only", choices=["scaling", "rss"], help="run only that part, merged into ingest.json")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -190,8 +190,21 @@ def main() -> None:
 
     load = os.getloadavg()
     results: dict = {"load_average_start": load, "corpus_texts": len(texts)}
-    if args.only == "scaling" and RESULTS.exists():
-        results = {**json.loads(RESULTS.read_text()), "scaling_load_average_start": load}
+    if args.only and RESULTS.exists():
+        results = {**json.loads(RESULTS.read_text()), f"{args.only}_load_average_start": load}
+    if args.only == "rss":
+        by_size = {round(r["mb_in"]): r for r in results.get("rss", [])}
+        for i, mb in enumerate(args.rss_mb):
+            r = child(upload(f"rss-{mb:g}", mb), prefix, topic, f"bench_{stamp}_rss{i}", 2)
+            by_size[round(r["mb_in"])] = r
+            print(
+                f"| {r['mb_in']:.0f} MB | {r['wall_s']} s | main {r['peak_rss_mb']} MB | worker {r['workers_peak_rss_mb']} MB |"
+            )
+        results["rss"] = [by_size[k] for k in sorted(by_size)]
+        results["rss_load_average_end"] = os.getloadavg()
+        RESULTS.write_text(json.dumps(results, indent=1))
+        print(f"load average {load[0]:.2f} -> {os.getloadavg()[0]:.2f}")
+        return
     # the same bytes three times: in one process (no pool), then 1 and 2 filter workers beside the main process
     body = make_batch(texts, args.scaling_mb, rng)
     scaling = {}
