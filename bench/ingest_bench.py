@@ -7,8 +7,9 @@ per batch over consecutive batches, and peak memory by batch size.
 Raw text is built from ../shared/corpus (its JSONL and text files, books cut into chapters) with exact
 copies and word-edited near-duplicates mixed in, uploaded to S3 under `bench-<stamp>/raw/<batch>/`. Each batch
 is materialized with the project's real resources (s3proxy, PostgreSQL dedup index, 3 Kafka brokers) through
-`dg.materialize`, in a subprocess per measurement so its peak RSS is its own. Prints a table with the load
-average and writes bench/results/ingest.json.
+`dg.materialize`, in a subprocess per measurement so its peak RSS is its own. Three parts: `curve` (consecutive
+batches), `rss` (peak memory by batch size) and `scaling` (1 process vs 2 workers); `--only PART` runs one.
+Each part prints its rows with the load average and replaces its own keys in bench/results/ingest.json.
 
 Measured per run: wall seconds per asset (from the run's step events), documents and MB in, the index commit
 and lookup seconds of cleaned_shards, and ru_maxrss of the subprocess.
@@ -161,7 +162,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=50, help="consecutive batches for the dedup-cost curve")
     parser.add_argument("--rss-mb", type=float, nargs="*", default=[50, 200, 800], help="batch sizes for peak RSS")
     parser.add_argument("--scaling-mb", type=float, default=20, help="batch size for the 1 vs 2 worker run")
-    parser.add_argument("--only", choices=["scaling", "rss"], help="run only that part, merged into ingest.json")
+    parser.add_argument("--only", choices=["curve", "rss", "scaling"], help="run only that part")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     parser.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -189,75 +190,62 @@ def main() -> None:
         return key
 
     load = os.getloadavg()
-    results: dict = {"load_average_start": load, "corpus_texts": len(texts)}
-    if args.only and RESULTS.exists():
-        results = {**json.loads(RESULTS.read_text()), f"{args.only}_load_average_start": load}
-    if args.only == "rss":
-        by_size = {round(r["mb_in"]): r for r in results.get("rss", [])}
-        for i, mb in enumerate(args.rss_mb):
-            r = child(upload(f"rss-{mb:g}", mb), prefix, topic, f"bench_{stamp}_rss{i}", 2)
-            by_size[round(r["mb_in"])] = r
-            print(
-                f"| {r['mb_in']:.0f} MB | {r['wall_s']} s | main {r['peak_rss_mb']} MB | worker {r['workers_peak_rss_mb']} MB |"
+    results: dict = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results["corpus_texts"] = len(texts)
+    parts = [args.only] if args.only else ["curve", "rss", "scaling"]
+    for part in parts:
+        results[f"{part}_load_average_start"] = os.getloadavg()
+        if part == "curve":
+            per_batch = args.mb / args.batches
+            curve = []
+            for i in range(args.batches):
+                r = child(upload(f"b{i:03d}", per_batch), prefix, topic, f"bench_{stamp}_curve", 2)
+                curve.append(r)
+                print(f"batch {i}: {r['mb_in']:.1f} MB, {r['wall_s']} s, cleaned_shards "
+                      f"{r['steps_s']['cleaned_shards']:.1f} s, load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+            k = max(1, min(10, len(curve) // 2))
+            first = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[:k])
+            last = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[-k:])
+            total_mb = sum(r["mb_in"] for r in curve)
+            total_s = sum(r["wall_s"] for r in curve)
+            results.update(
+                consecutive=curve,
+                consecutive_mb_total=round(total_mb, 1),
+                cleaning_last_over_first=round(last / first, 2) if first else None,
+                end_to_end_mb_per_s_2_workers=round(total_mb / total_s, 3),
             )
-        results["rss"] = [by_size[k] for k in sorted(by_size)]
-        results["rss_load_average_end"] = os.getloadavg()
+            print(f"| {len(curve)} batches, {total_mb:.0f} MB | {total_mb / total_s:.3f} MB/s | cleaned_shards "
+                  f"last {k} / first {k} (median) {results['cleaning_last_over_first']} |")  # fmt: skip
+        elif part == "rss":
+            by_size = {round(r["mb_in"]): r for r in results.get("rss", [])}
+            for i, mb in enumerate(args.rss_mb):
+                r = child(upload(f"rss-{mb:g}", mb), prefix, topic, f"bench_{stamp}_rss{i}", 2)
+                by_size[round(r["mb_in"])] = r
+                print(f"| peak RSS, {r['mb_in']:.0f} MB batch | {r['wall_s']} s | main {r['peak_rss_mb']} MB | "
+                      f"each filter worker {r['workers_peak_rss_mb']} MB |", flush=True)  # fmt: skip
+            results["rss"] = [by_size[k] for k in sorted(by_size)]
+        else:  # the same bytes three times: in one process (no pool), then 1 and 2 filter workers beside it
+            body = make_batch(texts, args.scaling_mb, rng)
+            scaling = {}
+            for workers in (-1, 1, 2):
+                name = "in-process" if workers < 0 else f"workers-{workers}"
+                scaling[name] = child(
+                    upload(f"scaling-{name}", 0, body), prefix, topic, f"bench_{stamp}_s{workers + 1}", workers
+                )
+                r = scaling[name]
+                print(f"| {name} | {r['wall_s']} s | cleaned_shards {r['steps_s']['cleaned_shards']:.1f} s |")
+            results["scaling"] = scaling
+            results["scaling_factor"] = round(scaling["in-process"]["wall_s"] / scaling["workers-2"]["wall_s"], 2)
+            results["scaling_factor_cleaned_shards"] = round(
+                scaling["in-process"]["steps_s"]["cleaned_shards"] / scaling["workers-2"]["steps_s"]["cleaned_shards"],
+                2,
+            )
+            print(f"scaling 1 process -> 2 workers: {results['scaling_factor']}x end to end, "
+                  f"{results['scaling_factor_cleaned_shards']}x cleaned_shards")  # fmt: skip
+        results[f"{part}_load_average_end"] = os.getloadavg()
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=1))
-        print(f"load average {load[0]:.2f} -> {os.getloadavg()[0]:.2f}")
-        return
-    # the same bytes three times: in one process (no pool), then 1 and 2 filter workers beside the main process
-    body = make_batch(texts, args.scaling_mb, rng)
-    scaling = {}
-    for workers in (-1, 1, 2):
-        name = "in-process" if workers < 0 else f"workers-{workers}"
-        scaling[name] = child(
-            upload(f"scaling-{name}", 0, body), prefix, topic, f"bench_{stamp}_s{workers + 1}", workers
-        )
-    results["scaling"] = scaling
-    results["scaling_factor"] = round(scaling["in-process"]["wall_s"] / scaling["workers-2"]["wall_s"], 2)
-    results["scaling_factor_cleaned_shards"] = round(
-        scaling["in-process"]["steps_s"]["cleaned_shards"] / scaling["workers-2"]["steps_s"]["cleaned_shards"], 2
-    )
-    if args.only == "scaling":
-        results["scaling_load_average_end"] = os.getloadavg()
-        RESULTS.write_text(json.dumps(results, indent=1))
-        print(f"load average {load[0]:.2f} -> {os.getloadavg()[0]:.2f}")
-        for name, r in scaling.items():
-            print(f"| {name} | {r['wall_s']} s | cleaned_shards {r['steps_s']['cleaned_shards']:.1f} s |")
-        print(f"scaling 1 process -> 2 workers: {results['scaling_factor']}x end to end, "
-              f"{results['scaling_factor_cleaned_shards']}x cleaned_shards")  # fmt: skip
-        return
-
-    per_batch = args.mb / args.batches
-    curve = [
-        child(upload(f"b{i:03d}", per_batch), prefix, topic, f"bench_{stamp}_curve", 2) for i in range(args.batches)
-    ]
-    results["consecutive"] = curve
-    k = max(1, min(10, len(curve) // 2))
-    first = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[:k])
-    last = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[-k:])
-    results["cleaning_last_over_first"] = round(last / first, 2) if first else None
-    results["rss"] = [child(upload(f"rss-{mb:g}", mb), prefix, topic, f"bench_{stamp}_rss{i}", 2)
-                      for i, mb in enumerate(args.rss_mb)]  # fmt: skip
-    total_mb = sum(r["mb_in"] for r in curve)
-    total_s = sum(r["wall_s"] for r in curve)
-    results["end_to_end_mb_per_s_2_workers"] = round(total_mb / total_s, 3)
-    results["load_average_end"] = os.getloadavg()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1))
-
-    print(f"load average at start {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
-    print("| measure | value |\n|---|---:|")
-    print(
-        f"| end to end, 2 filter workers, {args.batches} batches of {per_batch:.1f} MB | {total_mb / total_s:.3f} MB/s |"
-    )
-    print(f"| scaling 1 process -> 2 filter workers ({args.scaling_mb:g} MB batch) | {results['scaling_factor']}x |")
-    print(f"| cleaned_shards seconds, last {k} / first {k} batches (median) | {results['cleaning_last_over_first']} |")
-    for r in results["rss"]:
-        print(
-            f"| peak RSS, {r['mb_in']:.0f} MB batch: main / each filter worker | {r['peak_rss_mb']} / {r['workers_peak_rss_mb']} MB |"
-        )
-    print(f"wrote {RESULTS}")
+    print(f"load average {load[0]:.2f} -> {os.getloadavg()[0]:.2f}; wrote {RESULTS}")
 
 
 if __name__ == "__main__":

@@ -131,16 +131,50 @@ def read_manifest(client, bucket: str, batch_id: str) -> BatchManifest:
     return BatchManifest.from_json(body)
 
 
-def fetch_object(client, bucket: str, obj: RawObject) -> bytes:
-    """Read one object of a manifest, refusing it if it changed since the manifest was written."""
-    resp = client.get_object(Bucket=bucket, Key=obj.key)
+# Raw objects are read in ranged GETs of this size: memory holds one block, a connection is never held open
+# while the documents are cleaned, and a block whose body breaks off is asked for again.
+BLOCK_BYTES = 8 * 1024 * 1024
+_BODY_ATTEMPTS = 3
+
+
+def _check_etag(bucket: str, obj: RawObject, resp: dict) -> None:
     etag = str(resp.get("ETag", "")).strip('"')
     if obj.etag and etag and etag != obj.etag:
         raise ObjectChangedError(
             f"s3://{bucket}/{obj.key} changed after batch manifest was written "
             f"(etag {etag} != {obj.etag}); upload changed data under a new key"
         )
-    return resp["Body"].read()
+
+
+def object_blocks(client, bucket: str, obj: RawObject, block_bytes: int | None = None) -> Iterator[bytes]:
+    """The bytes of one object of a manifest, block by block (ranged GETs pinned to the manifest's etag with
+    If-Match, so every block is of the version the manifest names; another raises ObjectChangedError or a 412).
+
+    A body that breaks off mid-block (botocore's ResponseStreamingError) is asked for again, up to 3 times;
+    request errors are botocore's own retries. An object of at most one block is one plain GET.
+    """
+    from botocore.exceptions import ResponseStreamingError
+
+    block_bytes = block_bytes or BLOCK_BYTES
+    pin = {"IfMatch": obj.etag} if obj.etag else {}
+    size = obj.size
+    starts = range(0, size, block_bytes) if size > block_bytes else [None]
+    for start in starts:
+        ranged = {} if start is None else {"Range": f"bytes={start}-{min(start + block_bytes, size) - 1}"}
+        for attempt in range(1, _BODY_ATTEMPTS + 1):
+            resp = client.get_object(Bucket=bucket, Key=obj.key, **pin, **ranged)
+            _check_etag(bucket, obj, resp)
+            try:
+                block = resp["Body"].read()
+                break
+            except ResponseStreamingError:
+                if attempt == _BODY_ATTEMPTS:
+                    raise
+        if start is not None and len(block) != min(block_bytes, size - start):
+            raise ObjectChangedError(
+                f"s3://{bucket}/{obj.key}: {len(block)} bytes at offset {start}, not the manifest's size {size}"
+            )
+        yield block
 
 
 # S3 LastModified has one-second resolution, and an object can land in the same second as the
@@ -162,10 +196,12 @@ def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
 
     An object with an unsupported suffix, one larger than `reader.max_decompressed_bytes`, one deleted since the
     sensor listed it (`object_missing`) or overwritten since the manifest was written (`object_changed`) becomes
-    one quarantine record, and the batch goes on. Other errors (network, permissions) propagate, so the asset's
-    retry policy applies; `read_object` itself never raises on input.
+    one quarantine record, and the batch goes on. Objects are read in ranged blocks (`object_blocks`) and JSONL
+    is parsed as the blocks arrive (`read_stream`); an object that changes or vanishes while it streams keeps
+    the documents read before, and the rest of it is that one quarantine record. Other errors (network,
+    permissions) propagate, so the asset's retry policy applies; `read_stream` itself never raises on input.
     """
-    from pipeline_project.cleaning import Quarantined, read_object
+    from pipeline_project.cleaning import Quarantined, read_stream
 
     limit = config.reader.max_decompressed_bytes
     for obj in manifest.objects:
@@ -177,7 +213,7 @@ def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
             yield quarantine("object_too_large", f"{obj.size} bytes > {limit}")
             continue
         try:
-            data = fetch_object(client, manifest.bucket, obj)
+            yield from read_stream(obj.key, object_blocks(client, manifest.bucket, obj), config)
         except ObjectChangedError as exc:
             yield quarantine("object_changed", str(exc))
             continue
@@ -193,7 +229,6 @@ def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
                 yield quarantine("object_changed", f"s3://{manifest.bucket}/{obj.key} changed ({code})")
                 continue
             raise
-        yield from read_object(obj.key, data, config)
 
 
 def key_components(key: str) -> list[str]:

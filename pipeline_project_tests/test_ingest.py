@@ -153,6 +153,77 @@ def test_unsupported_suffixes_are_one_record_each_and_never_downloaded():
     assert is_supported("raw/Z.JSONL.ZST") and not is_supported("raw/z.jsonl.bz2")
 
 
+# ---- objects read in ranged blocks ---------------------------------------------------------------------
+
+BIG = b"".join(f'{{"text": "document {i} of a streamed object"}}\n'.encode() for i in range(300))
+
+
+class RangeLog(MemoryS3Client):
+    """Records each GET's Range; `on_get(n)` runs before the n-th GET (from 1) and may raise or change things."""
+
+    def __init__(self, objects, on_get=None):
+        super().__init__(objects)
+        self.ranges: list[str] = []
+        self.on_get = on_get
+
+    def get_object(self, Bucket, Key, **kw):
+        self.ranges.append(kw.get("Range", ""))
+        if self.on_get:
+            self.on_get(len(self.ranges))
+        return super().get_object(Bucket, Key, **kw)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    from pipeline_project import ingest
+    from pipeline_project.cleaning import readers
+
+    monkeypatch.setattr(ingest, "BLOCK_BYTES", 1000)
+    monkeypatch.setattr(readers, "STREAM_WINDOW", 500)
+
+
+def test_an_object_is_read_in_ranged_blocks_and_gives_what_one_get_gives(small_blocks):
+    objects = _store({"raw/big.jsonl": BIG})
+    client = RangeLog(objects)
+    items = list(iter_batch_items(client, _manifest(objects), CleaningConfig()))
+    assert [d.text for d in items] == [f"document {i} of a streamed object" for i in range(300)]
+    assert len(client.ranges) == -(-len(BIG) // 1000) and client.ranges[1] == "bytes=1000-1999"
+
+
+def test_a_body_that_breaks_off_is_asked_for_again(small_blocks):
+    from botocore.exceptions import ResponseStreamingError
+
+    objects = _store({"raw/big.jsonl": BIG})
+
+    class Broken(RangeLog):
+        def get_object(self, Bucket, Key, **kw):
+            resp = super().get_object(Bucket, Key, **kw)
+            if len(self.ranges) in (3, 4):  # the third block breaks off twice; its third try reads
+                resp["Body"] = type(
+                    "Body", (), {"read": lambda _: (_ for _ in ()).throw(ResponseStreamingError(error="reset"))}
+                )()
+            return resp
+
+    client = Broken(objects)
+    items = list(iter_batch_items(client, _manifest(objects), CleaningConfig()))
+    assert len(items) == 300 and all(isinstance(d, Document) for d in items)
+    assert client.ranges[2] == client.ranges[3] == client.ranges[4] == "bytes=2000-2999"
+
+
+def test_an_object_overwritten_while_it_streams_keeps_what_was_read_and_quarantines_the_rest(small_blocks):
+    objects = _store({"raw/big.jsonl": BIG, "raw/next.txt": b"after"})
+
+    def overwrite(n):
+        if n == 4:
+            MemoryS3Client(objects).put_object(Bucket=BUCKET, Key="raw/big.jsonl", Body=BIG.replace(b"of", b"OF"))
+
+    items = list(iter_batch_items(RangeLog(objects, overwrite), _manifest(objects), CleaningConfig()))
+    outcome = _outcome(items)
+    read = [i for i in items if isinstance(i, Document) and i.id.startswith("raw/big")]
+    assert 0 < len(read) < 300 and all(" of " in d.text for d in read)  # every document from the listed version
+    assert outcome[len(read) :] == [("raw/big.jsonl", "object_changed"), ("raw/next.txt", "doc")]
+
+
 # ---- keys that become local paths ----------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from pipeline_project.cleaning.publish import (
     save_index,
     verify_published,
 )
-from pipeline_project.cleaning.readers import read_object
+from pipeline_project.cleaning.readers import read_object, read_stream
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.shards import Shard, read_shard, write_shards
 from pipeline_project.cleaning.steps import StepStats
@@ -47,6 +47,7 @@ __all__ = [
     "read_object",
     "read_shard",
     "read_shard_manifest",
+    "read_stream",
     "save_index",
     "verify_published",
     "write_shards",

@@ -8,6 +8,7 @@ to expect when the magic bytes are not there.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable, Iterator
 
 import zstandard
 
@@ -39,43 +40,65 @@ def _too_large(limit: int) -> DecompressedTooLargeError:
     return DecompressedTooLargeError(f"inflates past {limit} bytes")
 
 
-def _gunzip(data: bytes | bytearray, limit: int) -> bytearray:
-    out = bytearray()
-    view = memoryview(data)
-    pos = 0
-    while pos < len(view):  # one gzip member per round
-        dec = zlib.decompressobj(wbits=31)
-        while not dec.eof and pos < len(view):
-            chunk = view[pos : pos + _IN_CHUNK]
-            pos += len(chunk)
-            while chunk and not dec.eof:
-                out += dec.decompress(chunk, limit + 1 - len(out))
-                if len(out) > limit:
-                    raise _too_large(limit)
-                chunk = dec.unconsumed_tail
-        if not dec.eof:
-            raise TruncatedArchiveError(out)
-        pos -= len(dec.unused_data)
-    return out
+def _pieces(blocks: Iterable[bytes | bytearray | memoryview]) -> Iterator[memoryview]:
+    for block in blocks:
+        view = memoryview(block)
+        for pos in range(0, len(view), _IN_CHUNK):
+            yield view[pos : pos + _IN_CHUNK]
 
 
-def _unzstd(data: bytes | bytearray, limit: int) -> bytearray:
-    out = bytearray()
-    view = memoryview(data)
-    pos = 0
-    while pos < len(view):  # one zstd frame per round
-        dec = zstandard.ZstdDecompressor().decompressobj()
-        while not dec.eof and pos < len(view):
-            step = max(_ZSTD_MIN_CHUNK, min(_IN_CHUNK, (limit + 1 - len(out)) // _ZSTD_WORST_RATIO))
-            chunk = view[pos : pos + step]
-            pos += len(chunk)
-            out += dec.decompress(chunk)
-            if len(out) > limit:
+def _gunzip(blocks: Iterable, limit: int) -> Iterator[bytes]:
+    total, dec, fed = 0, zlib.decompressobj(wbits=31), False
+    for chunk in _pieces(blocks):
+        while chunk:  # one gzip member per `dec`; a member's end leaves the next one's bytes in unused_data
+            fed = True
+            out = dec.decompress(chunk, limit + 1 - total)
+            total += len(out)
+            if total > limit:
                 raise _too_large(limit)
-        if not dec.eof:
-            raise TruncatedArchiveError(out)
-        pos -= len(dec.unused_data)
-    return out
+            if out:
+                yield out
+            if dec.eof:
+                chunk, dec, fed = dec.unused_data, zlib.decompressobj(wbits=31), False
+            else:
+                chunk = dec.unconsumed_tail
+    if fed and not dec.eof:
+        raise TruncatedArchiveError(None)
+
+
+def _unzstd(blocks: Iterable, limit: int) -> Iterator[bytes]:
+    total, dec, fed = 0, zstandard.ZstdDecompressor().decompressobj(), False
+    for piece in _pieces(blocks):
+        view = memoryview(piece)
+        while view:  # one zstd frame per `dec`
+            step = max(_ZSTD_MIN_CHUNK, min(_IN_CHUNK, (limit + 1 - total) // _ZSTD_WORST_RATIO))
+            chunk, view = view[:step], view[step:]
+            fed = True
+            out = dec.decompress(chunk)
+            total += len(out)
+            if total > limit:
+                raise _too_large(limit)
+            if out:
+                yield out
+            if dec.eof:
+                view = memoryview(dec.unused_data + bytes(view))
+                dec, fed = zstandard.ZstdDecompressor().decompressobj(), False
+    if fed and not dec.eof:
+        raise TruncatedArchiveError(None)
+
+
+def inflate_stream(blocks: Iterable[bytes | bytearray | memoryview], codec: str, limit: int) -> Iterator[bytes]:
+    """The decompressed bytes of an archive given as a sequence of blocks, piece by piece (at most about 64 KiB
+    of input per step, so memory holds one piece, not the object).
+
+    Raises, at the point it is found: DecompressedTooLargeError past `limit` output bytes, TruncatedArchiveError
+    when the input ends inside a member / frame, and zlib.error / zstandard.ZstdError on corrupt input.
+    """
+    if codec == "gzip":
+        return _gunzip(blocks, limit)
+    if codec == "zstd":
+        return _unzstd(blocks, limit)
+    raise ValueError(f"unknown codec {codec!r}")
 
 
 def inflate(data: bytes | bytearray, codec: str, limit: int) -> bytearray:
@@ -84,8 +107,10 @@ def inflate(data: bytes | bytearray, codec: str, limit: int) -> bytearray:
     Raises DecompressedTooLargeError past `limit` output bytes, TruncatedArchiveError (holding what was
     recovered) when the input ends before an end marker, and zlib.error / zstandard.ZstdError on corrupt input.
     """
-    if codec == "gzip":
-        return _gunzip(data, limit)
-    if codec == "zstd":
-        return _unzstd(data, limit)
-    raise ValueError(f"unknown codec {codec!r}")
+    out = bytearray()
+    try:
+        for piece in inflate_stream([data], codec, limit):
+            out += piece
+    except TruncatedArchiveError:
+        raise TruncatedArchiveError(out) from None
+    return out

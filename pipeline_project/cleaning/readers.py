@@ -1,4 +1,6 @@
-"""Turn one raw object (key + bytes) into Documents, or Quarantined records for what cannot be read.
+"""Turn one raw object (key + bytes, or key + blocks of bytes) into Documents, or Quarantined records for what
+cannot be read. `read_object` reads bytes in hand; `read_stream` reads an object as its blocks arrive, and
+parses a JSONL object line by line in memory that does not grow with it.
 
 The guarantee: `read_object` never raises on input, and every object yields at least one record. A failure
 of one record (a JSONL line) quarantines that record and the rest of the object is still read; a failure of
@@ -22,17 +24,18 @@ their NUL bytes fall) are read; other encodings are detected with charset-normal
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import math
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import zstandard
 
-from pipeline_project.cleaning.archives import COMPRESSION_SUFFIXES, codec_of, inflate
+from pipeline_project.cleaning.archives import COMPRESSION_SUFFIXES, codec_of, inflate, inflate_stream
 from pipeline_project.cleaning.config import CleaningConfig, ReaderConfig
-from pipeline_project.cleaning.encodings import decode_bytes, repair_surrogates, transcode_wide
+from pipeline_project.cleaning.encodings import decode_bytes, repair_surrogates, transcode_wide, wide_codecs
 from pipeline_project.cleaning.errors import DecompressedTooLargeError, TruncatedArchiveError, UndecodableError
 from pipeline_project.cleaning.records import Document, Quarantined
 from pipeline_project.cleaning.steps.pii import mask_pii
@@ -228,23 +231,29 @@ def _json_record(doc_id: str, key: str, line: bytes | bytearray, config: Cleanin
     return _document(doc_id, text, key, {"encoding": encoding or found, "fields": fields})
 
 
+def _jsonl_line(key: str, line_no: int, data: bytes | bytearray, start: int, end: int, config, encoding):
+    """The record of line `line_no` (bytes start:end of `data`), or nothing for a blank line."""
+    if _is_blank(data, start, end):
+        return
+    doc_id = f"{key}#{line_no}"
+    cap = config.reader.max_line_bytes
+    if end - start > cap:
+        yield Quarantined(doc_id, key, "line_too_long", f"{end - start} bytes > {cap}")
+        return
+    try:
+        yield _json_record(doc_id, key, data[start:end], config, encoding)
+    except Exception as exc:  # noqa: BLE001 - one bad line never ends the object
+        yield Quarantined(doc_id, key, "reader_error", _exc_detail(exc, config))
+
+
 def _read_jsonl(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None):
     """One record per non-blank line, numbered from 1; lines are measured in place and sliced only when kept."""
-    cap = config.reader.max_line_bytes
     start, line_no, n = 0, 0, len(data)
     while start < n:
         end = data.find(b"\n", start)
         end = n if end < 0 else end
         line_no += 1
-        doc_id = f"{key}#{line_no}"
-        if not _is_blank(data, start, end):
-            if end - start > cap:
-                yield Quarantined(doc_id, key, "line_too_long", f"{end - start} bytes > {cap}")
-            else:
-                try:
-                    yield _json_record(doc_id, key, data[start:end], config, encoding)
-                except Exception as exc:  # noqa: BLE001 - one bad line never ends the object
-                    yield Quarantined(doc_id, key, "reader_error", _exc_detail(exc, config))
+        yield from _jsonl_line(key, line_no, data, start, end, config, encoding)
         start = end + 1
 
 
@@ -297,6 +306,14 @@ def _read(key: str, data: bytes | bytearray, config: CleaningConfig) -> Iterator
         except (zlib.error, zstandard.ZstdError) as exc:
             yield quarantine("corrupt_archive", f"{codec}: " + detail(str(exc), config))
             return
+    yield from _parse_payload(key, fmt, payload, truncated, config)
+
+
+def _parse_payload(key: str, fmt: str, payload: bytes | bytearray, truncated: bool, config: CleaningConfig):
+    """The records of one whole decompressed object (`truncated`: its archive was cut)."""
+
+    def quarantine(reason: str, text: str) -> Quarantined:
+        return Quarantined(key, key, reason, text)
 
     try:
         payload, encoding = transcode_wide(payload, truncated)
@@ -311,7 +328,7 @@ def _read(key: str, data: bytes | bytearray, config: CleaningConfig) -> Iterator
         return
 
     if payload:
-        verdict = _object_verdict(fmt, payload, cfg)
+        verdict = _object_verdict(fmt, payload, config.reader)
         if verdict is None:
             yield from _PARSERS[fmt](key, payload, config, encoding)
         elif not truncated:  # of a cut archive, the cut is the one reason given
@@ -320,15 +337,142 @@ def _read(key: str, data: bytes | bytearray, config: CleaningConfig) -> Iterator
         yield quarantine("truncated_archive", "archive ended before its end marker")
 
 
-def read_object(key: str, data: bytes, config: CleaningConfig) -> Iterator[Document | Quarantined]:
-    """Read one raw object by its extension. Never raises on input; yields at least one record per object."""
+class SourceError(Exception):
+    """Reading an object's bytes failed (network, storage): not the input's fault. `read_stream` re-raises the
+    cause, so that the caller's retry applies, instead of quarantining the object."""
+
+
+def _guarded(blocks: Iterable[bytes]) -> Iterator[bytes]:
+    it = iter(blocks)
+    while True:
+        try:
+            block = next(it)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise SourceError(str(exc)) from exc
+        yield block
+
+
+def _accounted(key: str, records: Iterator, config: CleaningConfig) -> Iterator[Document | Quarantined]:
+    """The guarantee: never raise on input, and at least one record per object."""
     produced = False
     try:
-        for item in _read(key, data, config):
+        for item in records:
             produced = True
             yield item
+    except SourceError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the guarantee: the object is accounted for, the batch goes on
         produced = True
         yield Quarantined(key, key, "reader_error", _exc_detail(exc, config))
     if not produced:
         yield Quarantined(key, key, "empty_object", "no records")
+
+
+def read_object(key: str, data: bytes, config: CleaningConfig) -> Iterator[Document | Quarantined]:
+    """Read one raw object by its extension. Never raises on input; yields at least one record per object."""
+    return _accounted(key, _read(key, data, config), config)
+
+
+# the start of a streamed JSONL object on which its object-level checks (binary content, UTF-16/32) are taken
+STREAM_WINDOW = 1 << 20
+
+
+def read_stream(key: str, blocks: Iterable[bytes], config: CleaningConfig) -> Iterator[Document | Quarantined]:
+    """`read_object` for an object that arrives as blocks of bytes (ranged GETs), in memory that does not grow
+    with the object.
+
+    An object that comes in one block, and one that is not JSONL, is read whole, exactly as `read_object` reads
+    it. A longer JSONL object is parsed line by line as its blocks arrive, decompressed on the way, so memory holds
+    one block and one line. Its object-level checks are taken on its first `STREAM_WINDOW` bytes: binary there
+    quarantines the object; UTF-16/32 there reads it whole. Where the stream fails (a cut or corrupt archive, or
+    past `max_decompressed_bytes`), the lines before are kept and the rest of the object is one quarantine
+    record, so every part of it is accounted for. Never raises on input; an error of `blocks` itself (the
+    network, the store) propagates.
+    """
+    source = _guarded(blocks)
+    try:
+        first = next(source, b"")
+        second = next(source, None)
+        kind = split_suffix(key)
+        if second is None or kind is None or kind[0] != "jsonl":
+            rest = [] if second is None else [second, *source]
+            yield from read_object(key, b"".join([first, *rest]) if rest else first, config)
+            return
+        blocks = itertools.chain([first, second], source)
+        yield from _accounted(key, _stream_jsonl(key, first, blocks, kind[1], config), config)
+    except SourceError as exc:
+        raise exc.__cause__ from None
+
+
+def _stream_failures(pieces: Iterable[bytes], codec: str | None, config: CleaningConfig, outcome: list):
+    """`pieces` until the stream fails; the failure's (reason, detail) is appended to `outcome`."""
+    limit, total = config.reader.max_decompressed_bytes, 0
+    try:
+        for piece in pieces:
+            total += len(piece)
+            if codec is None and total > limit:
+                outcome.append(("object_too_large", f"more than {limit} bytes"))
+                return
+            yield piece
+    except TruncatedArchiveError:
+        outcome.append(("truncated_archive", "archive ended before its end marker"))
+    except DecompressedTooLargeError as exc:
+        outcome.append(("decompressed_too_large", detail(str(exc), config)))
+    except (zlib.error, zstandard.ZstdError) as exc:
+        outcome.append(("corrupt_archive", f"{codec}: " + detail(str(exc), config)))
+
+
+def _stream_jsonl(key: str, first: bytes, blocks: Iterable[bytes], named_codec: str | None, config: CleaningConfig):
+    cfg = config.reader
+    cap = cfg.max_line_bytes
+    codec = codec_of(first, named_codec)
+    outcome: list[tuple[str, str]] = []
+    raw = inflate_stream(blocks, codec, cfg.max_decompressed_bytes) if codec else blocks
+    pieces = _stream_failures(raw, codec, config, outcome)
+
+    buf = bytearray()
+    for piece in pieces:
+        buf += piece
+        if len(buf) >= STREAM_WINDOW:
+            break
+    if len(buf) < STREAM_WINDOW or wide_codecs(buf)[0]:  # all of it is here, or UTF-16/32: read it whole
+        for piece in pieces:
+            buf += piece
+        if outcome and outcome[0][0] != "truncated_archive":
+            yield Quarantined(key, key, *outcome[0])
+        else:
+            yield from _parse_payload(key, "jsonl", buf, bool(outcome), config)
+        return
+    if _is_binary(buf, cfg):
+        yield Quarantined(key, key, "binary_content", f"control bytes in the first {STREAM_WINDOW} bytes: not text")
+        return
+
+    line_no = 0
+    skipped: int | None = None  # bytes seen of a line longer than `cap`, which is counted, not held
+    for piece in itertools.chain([b""], pieces):
+        if skipped is not None:
+            nl = piece.find(b"\n")
+            if nl < 0:
+                skipped += len(piece)
+                continue
+            line_no += 1
+            yield Quarantined(f"{key}#{line_no}", key, "line_too_long", f"{skipped + nl} bytes > {cap}")
+            skipped, piece = None, piece[nl + 1 :]
+        buf += piece
+        start = 0
+        while (end := buf.find(b"\n", start)) >= 0:
+            line_no += 1
+            yield from _jsonl_line(key, line_no, buf, start, end, config, None)
+            start = end + 1
+        del buf[:start]
+        if len(buf) > cap:
+            skipped = len(buf)
+            buf = bytearray()
+    if outcome:  # the line the stream failed in is lost; the rest of the object is this one record
+        yield Quarantined(key, key, *outcome[0])
+    elif skipped is not None:
+        yield Quarantined(f"{key}#{line_no + 1}", key, "line_too_long", f"{skipped} bytes > {cap}")
+    elif buf:
+        yield from _jsonl_line(key, line_no + 1, buf, 0, len(buf), config, None)

@@ -38,6 +38,10 @@ class _NoSuchKeyError(ClientError):
         super().__init__({"Error": {"Code": "NoSuchKey", "Message": key}}, "GetObject")
 
 
+def _client_error(code: str, key: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": key}}, "GetObject")
+
+
 class _Exceptions:
     NoSuchKey = _NoSuchKeyError
     ClientError = ClientError
@@ -82,11 +86,17 @@ class MemoryS3Client:
     def _etag(self, bucket: str, key: str) -> str:
         return '"' + hashlib.md5(self.objects[(bucket, key)][0]).hexdigest() + '"'
 
-    def get_object(self, Bucket: str, Key: str, **_: Any) -> dict:
+    def get_object(self, Bucket: str, Key: str, Range: str = "", IfMatch: str = "", **_: Any) -> dict:
         if (Bucket, Key) not in self.objects:
             raise _NoSuchKeyError(Key)
         data = self.objects[(Bucket, Key)][0]
-        return {"Body": io.BytesIO(data), "ETag": self._etag(Bucket, Key), "ContentLength": len(data)}
+        etag = self._etag(Bucket, Key)
+        if IfMatch and IfMatch.strip('"') != etag.strip('"'):
+            raise _client_error("PreconditionFailed", Key)
+        if Range:  # "bytes=a-b", as the readers ask
+            a, b = Range.removeprefix("bytes=").split("-")
+            data = data[int(a) : int(b) + 1]
+        return {"Body": io.BytesIO(data), "ETag": etag, "ContentLength": len(data)}
 
     def head_object(self, Bucket: str, Key: str, **_: Any) -> dict:
         got = self.get_object(Bucket, Key)
