@@ -1,15 +1,18 @@
 """The per-document part of every profile's chain, run over a process pool.
 
 Every step before deduplication judges one document at a time (repair, language ID, Gopher, C4, FineWeb, the
-code filters), and together they take about nine tenths of the cleaning time. `FilterPool` routes each
-document to its profile and runs those steps in worker processes over slices of a chunk, and returns what
-the in-process chain would: per profile the kept documents with their batch positions, the dropped ones
-with their reasons, and per-step counts (seconds are summed CPU seconds across workers). Deduplication and
-masking stay in the calling process, in order, so decisions are identical.
+code filters). `FilterPool` routes each document to its profile and runs those steps in worker processes
+over slices of a chunk, and returns what the in-process chain would: per profile the kept documents with
+their batch positions, the dropped ones with their reasons, and per-step counts (seconds are summed CPU
+seconds across workers). Deduplication and masking decide in the calling process, in order, so decisions
+are identical; but their per-document work (hashes, MinHash signatures, PII and secret masks) and the masking
+of dropped text for the exclusion sink are done ahead here (`Step.prepare`), so the calling process, which
+every chunk passes through, only looks up and decides.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import time
@@ -18,14 +21,28 @@ from concurrent.futures import ProcessPoolExecutor
 
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.profile_config import PROFILE_NAMES
-from pipeline_project.cleaning.profiles import Positioned, ProfileRouter, filter_chains, run_filter_stage
-from pipeline_project.cleaning.records import DocState, Document, Dropped
+from pipeline_project.cleaning.profiles import (
+    Positioned,
+    ProfileRouter,
+    build_chains,
+    filter_chains,
+    run_filter_stage,
+    split_at_dedup,
+)
+from pipeline_project.cleaning.records import SINK_MASK, DocState, Document, Dropped
 from pipeline_project.cleaning.steps import Step, StepStats
+from pipeline_project.cleaning.steps.base import prepare_ahead
+from pipeline_project.cleaning.steps.pii import mask_pii
 
 FilterOutput = tuple[dict[str, Positioned], list[Dropped], list[StepStats]]
 
 _router: ProfileRouter | None = None
 _chains: dict[str, list[Step]] | None = None
+_post: dict[str, list[Step]] | None = None  # per profile, the steps after the filters (run by the caller)
+_config: CleaningConfig | None = None
+
+# StepStats.notes key of the per-step stats a worker sends for the work it did ahead; `take_ahead` folds them
+AHEAD = "ahead"
 
 
 def default_workers() -> int:
@@ -42,10 +59,12 @@ def filter_steps(config: CleaningConfig) -> dict[str, list[Step]]:
 
 
 def _init(config_json: str) -> None:
-    global _router, _chains
-    config = CleaningConfig.model_validate_json(config_json)
-    _chains = filter_steps(config)
-    _router = ProfileRouter(config, _chains)
+    global _router, _chains, _post, _config
+    _config = CleaningConfig.model_validate_json(config_json)
+    split = {name: split_at_dedup(steps) for name, steps in build_chains(_config).items()}
+    _chains = {name: parts[0] for name, parts in split.items()}
+    _post = {name: parts[1] for name, parts in split.items()}
+    _router = ProfileRouter(_config, _chains)
     # load the models (language ID, segmenter) now, not inside the first chunk's timing
     warm = [
         Document(id="warm-up", text="The workers load their models before the first chunk. " * 20, source=""),
@@ -54,13 +73,39 @@ def _init(config_json: str) -> None:
     run_filter_stage(_router, _chains, warm, "warm-up")
 
 
+def sink_mask(text: str, config: CleaningConfig) -> str:
+    """`text` as the exclusion sink stores it (`publish.exclusion_records_of`)."""
+    return mask_pii(text, config.pii)[0] if config.pii.enabled else text
+
+
 def _work(args: tuple[list[Document], str, int]) -> FilterOutput:
     docs, batch_id, offset = args
     kept, dropped, stats = run_filter_stage(_router, _chains, docs, batch_id, offset, clock=time.process_time)
-    for items in kept.values():
+    for name, items in kept.items():
+        steps = _post[name]
+        start = time.process_time()
         for _, doc in items:
             doc.state = DocState()  # the words cache is not worth sending back
+            prepare_ahead(steps, doc)
+            pii = doc.state.prepared.get("pii")  # PIIMasking masks with config.pii, as the sink does
+            masked = pii[1][0] if pii is not None else sink_mask(doc.text, _config)
+            doc.state.prepared[SINK_MASK] = (doc.text, masked)
+        seconds = (time.process_time() - start) / max(len(steps), 1)  # shared evenly: one clock for all
+        stats += [StepStats(s.name, seconds=seconds, profile=name, notes={AHEAD: 1}) for s in steps]
+    dropped = [dataclasses.replace(d, masked_text=sink_mask(d.text, _config)) for d in dropped]
     return kept, dropped, stats
+
+
+def take_ahead(stats: list[StepStats]) -> tuple[list[StepStats], dict[tuple[str, str], float]]:
+    """Split the workers' stats into the filters' and the seconds spent ahead on each later step."""
+    ahead: dict[tuple[str, str], float] = {}
+    rest = []
+    for s in stats:
+        if s.notes.get(AHEAD):
+            ahead[(s.profile, s.name)] = ahead.get((s.profile, s.name), 0.0) + s.seconds
+        else:
+            rest.append(s)
+    return rest, ahead
 
 
 def merge_stats(parts: list[list[StepStats]]) -> list[StepStats]:

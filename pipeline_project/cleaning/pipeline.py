@@ -15,6 +15,7 @@ import numpy as np
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
+from pipeline_project.cleaning.parallel import take_ahead
 from pipeline_project.cleaning.profile_config import PROFILE_NAMES
 from pipeline_project.cleaning.profiles import (
     Positioned,
@@ -212,12 +213,16 @@ class CleaningPipeline:
             index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
             result.pending_index = index
         kept, dropped, stats = started.filtered()
+        stats, ahead = take_ahead(stats)
         result.dropped.extend(dropped)
         result.step_stats.extend(stats)
         final: Positioned = []
         for name, steps in self.post_chains.items():
             if kept.get(name):
+                done = len(result.step_stats)
                 final.extend(run_chain(steps, kept[name], ctx, name, result.dropped, result.step_stats))
+                for s in result.step_stats[done:]:  # the workers' seconds on this step's per-document work
+                    s.seconds += ahead.get((name, s.name), 0.0)
         final.sort(key=lambda item: item[0])
         result.kept = [doc for _, doc in final]
         for s in result.step_stats[1:]:

@@ -101,14 +101,21 @@ def exclusion_records_of(dropped: list[Dropped], quarantined: list[Quarantined],
 
     The sink keeps no PII that the shards mask: with the PII step on, a dropped document's text goes through the
     same `mask_pii` as kept text (documents dropped before the PII step, or for `too_many_pii`, were never
-    masked), and so does a quarantine detail, which is also cut short (`records.MAX_DETAIL_CHARS`).
+    masked; a pool worker may have masked it already, `Dropped.masked_text`), and so does a quarantine detail, which is also cut short (`records.MAX_DETAIL_CHARS`).
     """
 
     def masked(text: str) -> str:
         return mask_pii(text, config.pii)[0] if config.pii.enabled else text
 
     return [
-        {"id": d.id, "source": d.source, "kind": "dropped", "step": d.step, "reason": d.reason, "text": masked(d.text)}
+        {
+            "id": d.id,
+            "source": d.source,
+            "kind": "dropped",
+            "step": d.step,
+            "reason": d.reason,
+            "text": masked(d.text) if d.masked_text is None else d.masked_text,
+        }
         for d in dropped
     ] + [
         {

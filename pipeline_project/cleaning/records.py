@@ -12,6 +12,10 @@ MAX_REASON_CHARS = 40
 MAX_DETAIL_CHARS = 200
 
 
+# the DocState.prepared entry holding the document's text masked for the exclusion sink
+SINK_MASK = "exclusion_sink"
+
+
 @dataclass
 class DocState:
     """What steps compute about a document once and share with later steps; cleared when it leaves the chain.
@@ -22,6 +26,8 @@ class DocState:
     words: tuple[str, str, list[str]] | None = None  # base.doc_words: (text it was split from, language, words)
     exact_key: int | None = None  # ExactDedup: xxh3 of the normalized text, for the cross-batch index
     minhash: tuple[Any, Any] | None = None  # MinHashDedup: (signature uint32[num_perm], band keys uint64[bands])
+    # Step.prepare, run ahead in a pool worker: step name -> (text it was computed from, value)
+    prepared: dict[str, tuple[str, Any]] | None = None
 
 
 @dataclass
@@ -55,7 +61,10 @@ class Quarantined:
 
 @dataclass(frozen=True)
 class Dropped:
-    """A document a step removed, with its text so it can go to the exclusion sink."""
+    """A document a step removed, with its text so it can go to the exclusion sink.
+
+    `masked_text`: the text with PII masked for the sink, when a pool worker already masked it.
+    """
 
     id: str
     source: str
@@ -63,7 +72,18 @@ class Dropped:
     reason: str
     text: str
     meta: dict = field(default_factory=dict)
+    masked_text: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, doc: Document, step: str, reason: str) -> Dropped:
-        return cls(id=doc.id, source=doc.source, step=step, reason=reason, text=doc.text, meta=dict(doc.meta))
+        ahead = doc.state.prepared.get(SINK_MASK) if doc.state.prepared else None
+        masked = ahead[1] if ahead is not None and ahead[0] is doc.text else None
+        return cls(
+            id=doc.id,
+            source=doc.source,
+            step=step,
+            reason=reason,
+            text=doc.text,
+            meta=dict(doc.meta),
+            masked_text=masked,
+        )

@@ -191,3 +191,15 @@ def test_earlier_batch_candidate_is_checked_by_signature_estimate(equal_values, 
     index.add("old", ["e0"], np.array([1], dtype=np.uint64), fake_bands[None, :], other[None, :])
     result = CleaningPipeline(_cfg()).run([_doc(0, text)], "new", index)
     assert [d.reason for d in result.dropped] == (["near_duplicate_of:old/e0"] if dropped else [])
+
+
+def test_a_value_prepared_ahead_counts_only_for_the_text_it_was_computed_from():
+    from pipeline_project.cleaning.steps.base import prepare_ahead, prepared
+    from pipeline_project.cleaning.steps.dedup import ExactDedup, exact_key
+
+    step = ExactDedup()
+    doc = Document("a", prose(3, seed=1), "s")
+    prepare_ahead([step], doc)
+    assert prepared(step, doc, lambda: -1) == exact_key(doc.text)
+    doc.text = prose(3, seed=2)  # a later step rewrote it: the value is computed again
+    assert prepared(step, doc, lambda: -1) == -1

@@ -15,6 +15,7 @@ from pipeline_project.cleaning.parallel import FilterPool
 from pipeline_project.cleaning.pipeline import profile_counts
 from pipeline_project.cleaning.profile_config import ProfilesConfig
 from pipeline_project.cleaning.profiles import ProfileRouter, build_chain
+from pipeline_project.cleaning.publish import exclusion_records_of
 from pipeline_project.cleaning.shards import write_shards
 from pipeline_project.cleaning.steps import LanguageID
 from pipeline_project.cleaning.steps.chinese import han_fraction
@@ -247,14 +248,34 @@ def test_english_web_is_decided_exactly_as_before(corpus):
     ]
 
 
+def _with_pii(docs: list[Document]) -> list[Document]:
+    """`docs` plus copies carrying e-mails and phone numbers: kept ones, exact duplicates of them (dropped
+    after the filters, by dedup) and too-short ones (dropped by a filter)."""
+    extra = []
+    for i in range(4):
+        text = prose(14, seed=100 + i) + f"\nWrite to jane.doe{i}@example.org or call (555) 123-456{i}."
+        extra += [Document(f"pii{i}", text, "raw/web.jsonl"), Document(f"pii{i}-copy", text, "raw/web.jsonl")]
+        extra.append(Document(f"pii{i}-short", f"mail bob{i}@example.com", "raw/web.jsonl"))
+    return docs + extra
+
+
 def test_filter_pool_decides_as_the_in_process_chain(corpus):
-    docs = _mixed(corpus)
+    docs = _with_pii(_mixed(corpus))
     config = CleaningConfig(language=LanguageConfig(max_chars=1500))
     alone = _run(config, docs)
     with FilterPool(config, workers=2) as pool:
         pooled = CleaningPipeline(config, pool=pool).run(copy.deepcopy(docs), "t", DedupIndex())
     assert [(d.id, d.text, d.meta) for d in pooled.kept] == [(d.id, d.text, d.meta) for d in alone.kept]
     assert [(d.id, d.step, d.reason) for d in pooled.dropped] == [(d.id, d.step, d.reason) for d in alone.dropped]
+    # the workers masked the sink text ahead, for filter drops and dedup drops alike, as the sink would
+    sink = {r["id"]: r["text"] for r in exclusion_records_of(pooled.dropped, [], config)}
+    assert sink == {r["id"]: r["text"] for r in exclusion_records_of(alone.dropped, [], config)}
+    ahead = {d.id: d.step for d in pooled.dropped if d.masked_text is not None}
+    assert ahead["pii0-copy"] == "exact_dedup"
+    assert ahead["pii0-short"] not in ("exact_dedup", "minhash_dedup", "pii")  # a filter's drop
+    assert all(d.masked_text is None for d in alone.dropped)
+    assert not any("@example" in text for text in sink.values())
+    assert any("pii0" in d.id for d in pooled.kept) and all("@example" not in d.text for d in pooled.kept)
 
     def counts(result):
         return [(s.profile, s.name, s.docs_in, s.dropped, dict(s.reasons)) for s in result.step_stats]

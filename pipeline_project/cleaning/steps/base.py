@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import abc
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from pipeline_project.cleaning.records import Document, Dropped
 from pipeline_project.cleaning.text import split_words
@@ -50,10 +52,37 @@ class StepStats:
 
 class Step(abc.ABC):
     name = "step"
+    # True when `prepare` does this step's per-document work, so a pool worker can do it ahead
+    prepares = False
 
     @abc.abstractmethod
     def run(self, docs: list[Document], ctx: RunContext, stats: StepStats) -> tuple[list[Document], list[Dropped]]:
         """Return the documents kept and those dropped (with their reasons)."""
+
+    def prepare(self, doc: Document) -> Any:
+        """The part of this step's work that depends on the document's text alone (see `prepared`)."""
+        raise NotImplementedError
+
+
+T = TypeVar("T")
+
+
+def prepare_ahead(steps: list[Step], doc: Document) -> None:
+    """Run the `prepare` of each step that has one on `doc` now, for `prepared` to find later."""
+    doc.state.prepared = {s.name: (doc.text, s.prepare(doc)) for s in steps if s.prepares}
+
+
+def prepared(step: Step, doc: Document, compute: Callable[[], T]) -> T:
+    """What `step.prepare` computed ahead for the document's current text, else `compute()` now.
+
+    Only steps that do not change the text run between the two, or the text no longer matches and the value
+    is computed again; the identity check holds across the pool because one result is pickled at once.
+    """
+    ahead = doc.state.prepared
+    got = ahead.get(step.name) if ahead else None
+    if got is not None and got[0] is doc.text:
+        return got[1]
+    return compute()
 
 
 class DocFilter(Step):

@@ -15,7 +15,7 @@ from collections import Counter
 
 from pipeline_project.cleaning.config import PIIConfig
 from pipeline_project.cleaning.profile_config import CodeFilterConfig, SecretsConfig
-from pipeline_project.cleaning.steps.base import DocFilter
+from pipeline_project.cleaning.steps.base import DocFilter, prepared
 from pipeline_project.cleaning.steps.pii import mask_pii
 
 # StarCoder2 paper, "Encoded data filter"
@@ -208,6 +208,7 @@ class SecretsMasking(DocFilter):
     """Masks keys, tokens and assigned passwords (and e-mail addresses); never drops a file."""
 
     name = "secrets"
+    prepares = True
 
     def __init__(self, cfg: SecretsConfig, pii: PIIConfig):
         self.cfg = cfg
@@ -246,8 +247,11 @@ class SecretsMasking(DocFilter):
                 hits["email"] += pii_hits["email"]
         return text, hits
 
+    def prepare(self, doc):
+        return self.mask(doc.text)
+
     def check(self, doc):
-        masked, hits = self.mask(doc.text)
+        masked, hits = prepared(self, doc, lambda: self.mask(doc.text))
         if hits:
             doc.text = masked
             doc.meta["secrets_masked"] = dict(hits)

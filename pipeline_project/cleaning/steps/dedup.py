@@ -8,7 +8,7 @@ from rensa import RMinHash
 
 from pipeline_project.cleaning.config import MinHashConfig
 from pipeline_project.cleaning.records import Document, Dropped
-from pipeline_project.cleaning.steps.base import RunContext, Step, StepStats, doc_lang
+from pipeline_project.cleaning.steps.base import RunContext, Step, StepStats, doc_lang, prepared
 from pipeline_project.cleaning.text import CJK_LANGS, normalize_for_exact, simplify
 
 
@@ -18,9 +18,15 @@ def exact_key(text: str) -> int:
 
 class ExactDedup(Step):
     name = "exact_dedup"
+    prepares = True
+
+    def prepare(self, doc: Document) -> int:
+        return exact_key(doc.text)
 
     def run(self, docs, ctx: RunContext, stats: StepStats):
-        keys = np.fromiter((exact_key(d.text) for d in docs), dtype=np.uint64, count=len(docs))
+        keys = np.fromiter(
+            (prepared(self, d, lambda d=d: exact_key(d.text)) for d in docs), dtype=np.uint64, count=len(docs)
+        )
         earlier = ctx.index.lookup_exact(keys) if ctx.use_index else np.full(len(docs), -1)
         seen: dict[int, str] = {}
         kept, dropped = [], []
@@ -111,6 +117,7 @@ class MinHashDedup(Step):
     """
 
     name = "minhash_dedup"
+    prepares = True
 
     def __init__(self, cfg: MinHashConfig):
         self.cfg = cfg
@@ -131,13 +138,16 @@ class MinHashDedup(Step):
             cache[i] = got
         return got
 
+    def prepare(self, doc: Document) -> tuple[np.ndarray, np.ndarray] | None:
+        return self.hasher.signature(doc.text, doc_lang(doc))
+
     def run(self, docs: list[Document], ctx: RunContext, stats: StepStats):
         cfg = self.cfg
         n = len(docs)
         sigs: list[np.ndarray | None] = [None] * n
         bands = np.zeros((n, cfg.num_buckets), dtype=np.uint64)
         for i, doc in enumerate(docs):
-            result = self.hasher.signature(doc.text, doc_lang(doc))
+            result = prepared(self, doc, lambda doc=doc: self.prepare(doc))
             if result is not None:
                 sigs[i], bands[i] = result
                 doc.state.minhash = result

@@ -6,7 +6,7 @@ import ipaddress
 import re
 
 from pipeline_project.cleaning.config import PIIConfig
-from pipeline_project.cleaning.steps.base import DocFilter
+from pipeline_project.cleaning.steps.base import DocFilter, prepared
 
 EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)*\.[A-Za-z]{2,}(?![\w-])")
 IPV4 = re.compile(
@@ -54,12 +54,16 @@ def mask_pii(text: str, cfg: PIIConfig) -> tuple[str, dict[str, int]]:
 
 class PIIMasking(DocFilter):
     name = "pii"
+    prepares = True
 
     def __init__(self, cfg: PIIConfig):
         self.cfg = cfg
 
+    def prepare(self, doc):
+        return mask_pii(doc.text, self.cfg)
+
     def check(self, doc):
-        masked, hits = mask_pii(doc.text, self.cfg)
+        masked, hits = prepared(self, doc, lambda: self.prepare(doc))
         total = sum(hits.values())
         if total > self.cfg.max_hits:
             return "too_many_pii"
