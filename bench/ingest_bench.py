@@ -12,9 +12,10 @@ batches), `rss` (peak memory by batch size) and `scaling` (1 process vs 2 worker
 Each part prints its rows with the load average and replaces its own keys in bench/results/ingest.json.
 
 Measured per run: wall seconds per asset (from the run's step events), documents and MB in, the index commit
-and lookup seconds of cleaned_shards, ru_maxrss of the subprocess and the largest RSS any of its filter workers
-reached (sampled every 0.2 s with psutil: RUSAGE_CHILDREN would report the parent's size at fork, which Linux
-carries across exec, not the worker's own).
+and lookup seconds of cleaned_shards, the subprocess's own peak RSS (VmHWM of /proc/self/status: ru_maxrss
+would report this bench's size when it spawned the subprocess, which Linux carries across exec, and this
+bench held the whole upload) and the largest RSS any of its filter workers reached (sampled every 0.2 s with
+psutil, for the same reason).
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ def make_batch(texts: list[str], mb: float, rng: random.Random) -> bytes:
         out.append(line)
         size += len(line.encode())
     return "".join(out).encode()
+
+
+def _own_peak_rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return round(kb / 1024, 1)
 
 
 def _sample_children_rss() -> list[float]:
@@ -168,7 +175,7 @@ def run_one(args: argparse.Namespace) -> dict:
         "chunks": c.get("chunks"),
         "workers": args.workers,
         # this process (reading S3, dedup, shard writing, tokenizing) and, separately, its filter workers
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_mb": _own_peak_rss_mb(),
         # CPU seconds of this process (not its filter workers): the serial part that more workers cannot shrink
         "main_cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1),
         "workers_peak_rss_mb": round(max(workers_peak, default=0.0), 1),
