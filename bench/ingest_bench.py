@@ -5,17 +5,20 @@ per batch over consecutive batches, and peak memory by batch size.
     .venv/bin/python bench/ingest_bench.py --mb 200 --batches 10 --rss-mb 25 50 100
 
 Raw text is built from ../shared/corpus (its JSONL and text files, books cut into chapters) with exact
-copies and word-edited near-duplicates mixed in, uploaded to S3 under `bench-<stamp>/raw/<batch>/`. Each batch
-is materialized with the project's real resources (s3proxy, PostgreSQL dedup index, 3 Kafka brokers) through
-`dg.materialize`, in a subprocess per measurement so its peak RSS is its own. Three parts: `curve` (consecutive
-batches), `rss` (peak memory by batch size) and `scaling` (1 process vs 2 workers); `--only PART` runs one.
-Each part prints its rows with the load average and replaces its own keys in bench/results/ingest.json.
+copies and word-edited near-duplicates mixed in; in the curve, `--fresh` (0.5) of each batch is new documents
+recombined from corpus paragraphs, so the index grows by thousands of documents a batch. It is uploaded to S3
+under `bench-<stamp>/raw/<batch>/`. Each batch is materialized with the project's real resources (s3proxy,
+PostgreSQL dedup index, 3 Kafka brokers) through `dg.materialize`, in a subprocess per measurement so its
+peak RSS is its own. Three parts: `curve` (consecutive batches), `rss` (peak memory by batch size) and
+`scaling` (1 process vs 2 workers); `--only PART` runs one. Each part prints its rows with the load average
+and replaces its own keys in bench/results/ingest.json.
 
-Measured per run: wall seconds per asset (from the run's step events), documents and MB in, the index commit
-and lookup seconds of cleaned_shards, the subprocess's own peak RSS (VmHWM of /proc/self/status: ru_maxrss
-would report this bench's size when it spawned the subprocess, which Linux carries across exec, and this
-bench held the whole upload) and the largest RSS any of its filter workers reached (sampled every 0.2 s with
-psutil, for the same reason).
+Measured per run: wall seconds per asset (from the run's step events), documents and MB in, the dedup
+index's own lookup + commit seconds and the rows and bytes it read back (cleaned_shards' `dedup_index`
+metadata), the index's size after the batch, the subprocess's own peak RSS (VmHWM of /proc/self/status:
+ru_maxrss would report this bench's size when it spawned the subprocess, which Linux carries across exec, and
+this bench held the whole upload) and the largest RSS any of its filter workers reached (sampled every 0.2 s
+with psutil, for the same reason).
 """
 
 from __future__ import annotations
@@ -62,12 +65,26 @@ def corpus_docs() -> list[str]:
     return texts
 
 
-def make_batch(texts: list[str], mb: float, rng: random.Random) -> bytes:
-    """JSONL of about `mb` MB: corpus texts, 10 % exact copies, 10 % near-duplicates (2 % of words replaced)."""
+def _fresh_text(texts: list[str], rng: random.Random, parts: int = 4) -> str:
+    """A document no earlier batch holds: paragraphs of `parts` random corpus texts, one slice from each
+    (shingle Jaccard with any one source is about 1 / `parts`, far below the near-duplicate threshold)."""
+    out = []
+    for _ in range(parts):
+        paras = [p for p in rng.choice(texts).split("\n\n") if p.strip()] or [""]
+        start = rng.randrange(len(paras))
+        out.extend(paras[start : start + max(1, len(paras) // parts)])
+    return "\n\n".join(out)
+
+
+def make_batch(texts: list[str], mb: float, rng: random.Random, fresh: float = 0.0) -> bytes:
+    """JSONL of about `mb` MB: corpus texts, 10 % exact copies, 10 % near-duplicates (2 % of words replaced),
+    and with `fresh` > 0 that share of new documents (`_fresh_text`), so the dedup index grows every batch."""
     out, size, kept = [], 0, []
     while size < mb * 1e6:
         r = rng.random()
-        if kept and r < 0.1:
+        if r < fresh:
+            text = _fresh_text(texts, rng)
+        elif kept and (r := (r - fresh) / (1 - fresh)) < 0.1:
             text = rng.choice(kept)
         elif kept and r < 0.2 and (words := rng.choice(kept).split()):
             for _ in range(max(1, len(words) // 50)):
@@ -161,8 +178,12 @@ def run_one(args: argparse.Namespace) -> dict:
             for e in result.get_asset_materialization_events()
         }
     c = meta["cleaned_shards"]
-    table = c.get("removal_table", "")
-    commit_s = next((float(row.split("|")[6]) for row in table.splitlines() if row.startswith("| index_commit")), None)
+    traffic = c.get("dedup_index") or {}
+    from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
+
+    history = PostgresDedupIndex(settings.postgres_url, schema=args.schema)
+    index_docs = len(history)  # documents in the index after this batch
+    history.close()
     return {
         "batch_id": batch_id,
         "mb_in": obj.size / 1e6,
@@ -171,7 +192,10 @@ def run_one(args: argparse.Namespace) -> dict:
         "tokens": meta["token_blocks"]["tokens"],
         "wall_s": round(wall, 2),
         "steps_s": steps,
-        "index_commit_s": commit_s,
+        # the dedup index's own cost in this batch: lookup + commit seconds, rows and bytes read back
+        "dedup_s": round(traffic.get("lookup_s", 0.0) + traffic.get("commit_s", 0.0), 3),
+        "dedup_index": traffic,
+        "index_docs_after": index_docs,
         "chunks": c.get("chunks"),
         "workers": args.workers,
         # this process (reading S3, dedup, shard writing, tokenizing) and, separately, its filter workers
@@ -197,6 +221,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=50, help="consecutive batches for the dedup-cost curve")
     parser.add_argument("--rss-mb", type=float, nargs="*", default=[50, 200, 800], help="batch sizes for peak RSS")
     parser.add_argument("--scaling-mb", type=float, default=20, help="batch size for the 1 vs 2 worker run")
+    parser.add_argument("--fresh", type=float, default=0.5, help="share of new documents in each curve batch")
     parser.add_argument("--only", choices=["curve", "rss", "scaling"], help="run only that part")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
@@ -237,23 +262,42 @@ def main() -> None:
             per_batch = args.mb / args.batches
             curve = []
             for i in range(args.batches):
-                r = child(upload(f"b{i:03d}", per_batch), prefix, topic, f"bench_{stamp}_curve", 2)
+                key = f"{prefix}raw/b{i:03d}.jsonl"
+                client.upload_fileobj(io.BytesIO(make_batch(texts, per_batch, rng, args.fresh)), settings.bucket, key)
+                r = child(key, prefix, topic, f"bench_{stamp}_curve", 2)
+                r["load_1m"] = round(os.getloadavg()[0], 2)
                 curve.append(r)
+                d = r["dedup_index"]
                 print(f"batch {i}: {r['mb_in']:.1f} MB, {r['wall_s']} s, cleaned_shards "
-                      f"{r['steps_s']['cleaned_shards']:.1f} s, load {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+                      f"{r['steps_s']['cleaned_shards']:.1f} s, dedup {r['dedup_s']:.2f} s, "
+                      f"{d.get('bytes_read', 0) / 1e3:.0f} kB read, kept {r['kept']}, "
+                      f"index {r['index_docs_after']} docs, load {r['load_1m']:.2f}", flush=True)  # fmt: skip
             k = max(1, min(10, len(curve) // 2))
-            first = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[:k])
-            last = median(r["steps_s"].get("cleaned_shards", 0) for r in curve[-k:])
+
+            def last_over_first(value, curve=curve, k=k) -> float | None:
+                first, last = median(map(value, curve[:k])), median(map(value, curve[-k:]))
+                return round(last / first, 2) if first else None
+
             total_mb = sum(r["mb_in"] for r in curve)
             total_s = sum(r["wall_s"] for r in curve)
             results.update(
                 consecutive=curve,
                 consecutive_mb_total=round(total_mb, 1),
-                cleaning_last_over_first=round(last / first, 2) if first else None,
+                consecutive_fresh_share=args.fresh,
+                index_docs_first_last=[curve[0]["index_docs_after"], curve[-1]["index_docs_after"]],
+                cleaning_last_over_first=last_over_first(lambda r: r["steps_s"].get("cleaned_shards", 0)),
+                dedup_last_over_first=last_over_first(lambda r: r["dedup_s"]),
+                # per MB of input, so a batch that happens to hold more duplicates does not read as growth
+                dedup_bytes_read_last_over_first=last_over_first(
+                    lambda r: r["dedup_index"].get("bytes_read", 0) / r["mb_in"]
+                ),
                 end_to_end_mb_per_s_2_workers=round(total_mb / total_s, 3),
             )
-            print(f"| {len(curve)} batches, {total_mb:.0f} MB | {total_mb / total_s:.3f} MB/s | cleaned_shards "
-                  f"last {k} / first {k} (median) {results['cleaning_last_over_first']} |")  # fmt: skip
+            print(f"| {len(curve)} batches, {total_mb:.0f} MB | {total_mb / total_s:.3f} MB/s | index "
+                  f"{results['index_docs_first_last'][0]} -> {results['index_docs_first_last'][1]} docs | "
+                  f"last {k} / first {k} (medians): cleaned_shards {results['cleaning_last_over_first']}, "
+                  f"dedup seconds {results['dedup_last_over_first']}, dedup bytes read per MB "
+                  f"{results['dedup_bytes_read_last_over_first']} |")  # fmt: skip
         elif part == "rss":
             by_size = {round(r["mb_in"]): r for r in results.get("rss", [])}
             for i, mb in enumerate(args.rss_mb):

@@ -86,6 +86,7 @@ def cleaned_shards(
         writer.abort()
         raise
     finally:
+        traffic = getattr(index, "traffic", None)
         index.close()
     shard_manifest = _manifest(batch_id, config, manifest, out, writer)
     writer.upload_exclusions()
@@ -111,6 +112,7 @@ def cleaned_shards(
             "manifest_sha256": published.manifest_sha256,
             "chunks": out.chunks,
             "filter_workers": workers,
+            **({"dedup_index": traffic.as_dict()} if traffic is not None else {}),
         }
     )
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -58,6 +60,26 @@ CREATE INDEX IF NOT EXISTS dedup_bands_doc ON dedup_bands (doc);
 """
 
 
+@dataclass
+class IndexTraffic:
+    """What one open index moved to and from the database: the per-batch cost that must not grow with history."""
+
+    lookup_s: float = 0.0
+    commit_s: float = 0.0
+    keys_queried: int = 0
+    rows_read: int = 0
+    bytes_read: int = 0  # key, entry, batch id, document id and signature of every row a lookup or commit read back
+    rows_written: int = 0
+    bytes_written: int = 0  # the COPY text sent
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def _row_bytes(batch: str, doc_id: str, sig) -> int:
+    return 16 + len(batch) + len(doc_id) + (len(sig) if sig is not None else 0)
+
+
 class DedupStoreUnavailableError(CleaningError):
     """The dedup database cannot be reached or answered with an error."""
 
@@ -65,11 +87,6 @@ class DedupStoreUnavailableError(CleaningError):
 def _signed(keys: np.ndarray) -> list[int]:
     """uint64 keys as the BIGINTs PostgreSQL stores (same 64 bits)."""
     return np.ascontiguousarray(keys, dtype=np.uint64).view(np.int64).tolist()
-
-
-def _copy_rows(cur, table: str, columns: str, rows: Iterator[str]) -> None:
-    buf = io.StringIO("".join(rows))
-    cur.copy_expert(f"COPY {table} ({columns}) FROM STDIN", buf)
 
 
 class PostgresDedupIndex:
@@ -88,6 +105,7 @@ class PostgresDedupIndex:
         self.batch_id: str | None = None
         self._entries: dict[int, tuple[str, str, bytes | None]] = {}
         self._conn = None
+        self.traffic = IndexTraffic()
 
     # -- connection -------------------------------------------------------------------------------------------
     def _connect(self):
@@ -157,6 +175,7 @@ class PostgresDedupIndex:
         if flat.size == 0:
             return out.reshape(np.shape(keys))
         found: dict[int, int] = {}
+        started = time.perf_counter()
         with self._cursor() as cur:
             signed = _signed(flat)
             for start in range(0, len(signed), _LOOKUP_CHUNK):
@@ -168,6 +187,10 @@ class PostgresDedupIndex:
                 for key, doc, batch, doc_id, sig in cur.fetchall():
                     found[key] = doc
                     self._entries[doc] = (batch, doc_id, bytes(sig) if sig is not None else None)
+                    self.traffic.rows_read += 1
+                    self.traffic.bytes_read += _row_bytes(batch, doc_id, sig)
+        self.traffic.keys_queried += len(signed)
+        self.traffic.lookup_s += time.perf_counter() - started
         if found:
             as_signed = flat.view(np.int64)
             for i, key in enumerate(as_signed.tolist()):
@@ -211,11 +234,12 @@ class PostgresDedupIndex:
         bands = np.asarray(band_keys, dtype=np.uint64).reshape(n, self.num_bands)
         sigs = np.ascontiguousarray(signatures, dtype=np.uint32).reshape(n, self.num_perm)
         has_sig = (bands != 0).any(axis=1)
+        started = time.perf_counter()
         with self._cursor() as cur:
             cur.execute("DELETE FROM dedup_docs WHERE batch_id = %s", (batch_id,))
             cur.execute("SELECT nextval(pg_get_serial_sequence('dedup_docs', 'id')) FROM generate_series(1, %s)", (n,))
             ids = [row[0] for row in cur.fetchall()]
-            _copy_rows(
+            self._copy(
                 cur,
                 "dedup_docs",
                 "id, batch_id, doc_id, exact_key, signature",
@@ -244,6 +268,7 @@ class PostgresDedupIndex:
                     late[i] = f"near_duplicate_of:{owner[0]}/{owner[1]}"
             if late:
                 cur.execute("DELETE FROM dedup_docs WHERE id = ANY(%s)", ([ids[i] for i in late],))
+        self.traffic.commit_s += time.perf_counter() - started
         if late:
             log.info("dedup index: %d documents of %s were committed first by another batch", len(late), batch_id)
         return late
@@ -254,7 +279,7 @@ class PostgresDedupIndex:
             return
         cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS incoming_{table} (key BIGINT, doc BIGINT) ON COMMIT DROP")
         cur.execute(f"TRUNCATE incoming_{table}")
-        _copy_rows(cur, f"incoming_{table}", "key, doc", (f"{k}\t{d}\n" for k, d in rows))
+        self._copy(cur, f"incoming_{table}", "key, doc", (f"{k}\t{d}\n" for k, d in rows))
         cur.execute(
             f"INSERT INTO {table} (key, doc) SELECT key, doc FROM incoming_{table} ORDER BY key "
             "ON CONFLICT (key) DO NOTHING RETURNING key"
@@ -269,8 +294,16 @@ class PostgresDedupIndex:
             ([k for k, _ in taken],),
         )
         owners = {key: (batch, doc_id, bytes(sig) if sig is not None else None) for key, batch, doc_id, sig in cur}
+        self.traffic.rows_read += len(owners)
+        self.traffic.bytes_read += sum(_row_bytes(*owner) for owner in owners.values())
         for key, doc in taken:
             yield (key, doc), owners[key]
+
+    def _copy(self, cur, table: str, columns: str, rows: Iterator[str]) -> None:
+        text = "".join(rows)
+        cur.copy_expert(f"COPY {table} ({columns}) FROM STDIN", io.StringIO(text))
+        self.traffic.rows_written += text.count("\n")
+        self.traffic.bytes_written += len(text)
 
     @property
     def stats(self) -> dict:

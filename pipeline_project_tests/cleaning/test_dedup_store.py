@@ -164,3 +164,26 @@ def test_the_cli_migrates_the_s3_index_file(pg_url, stack, monkeypatch):
     index = PostgresDedupIndex(pg_url, schema="migrated")
     again = CleaningPipeline(CONFIG).run(_docs("cli2", texts[:1]), "cli2", index)
     assert [d.reason for d in again.dropped] == ["exact_duplicate_of:cli1/cli1-0"]
+
+
+def test_a_batch_reads_only_what_it_matches_not_the_history(pg_url):
+    pipeline = CleaningPipeline(CONFIG)
+
+    def clean(batch_id: str, texts: list[str]):
+        index = PostgresDedupIndex(pg_url)
+        pipeline.run(_docs(batch_id, texts), batch_id, index)
+        traffic = index.traffic
+        index.close()
+        return traffic
+
+    first = clean("h1", _corpus(20, 12))
+    assert first.keys_queried > 0 and first.rows_read == 0 and first.bytes_read == 0
+    assert first.rows_written >= 12 and first.bytes_written > 0
+    for k in range(2, 5):
+        clean(f"h{k}", _corpus(20 + k, 12))  # history grows to 48 documents
+    fresh = clean("h9", _corpus(40, 12))
+    assert fresh.rows_read == 0 and fresh.bytes_read == 0, "a batch with no duplicates read rows of the history"
+    assert fresh.keys_queried == first.keys_queried
+    repeat = clean("h10", _corpus(20, 2) + _corpus(41, 10))
+    assert repeat.rows_read >= 2 and repeat.bytes_read > 0, "the two duplicates' owners were not read"
+    assert repeat.keys_queried <= first.keys_queried  # exact duplicates skip the band lookup

@@ -84,6 +84,8 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_in
     meta = {m.asset_key.to_user_string(): {k: getattr(v, "value", v) for k, v in m.metadata.items()} for m in mats}
     c = meta["cleaned_shards"]
     assert c["filter_workers"] == 2
+    d = c["dedup_index"]  # the index's own cost of this batch, in the UI
+    assert d["keys_queried"] >= c["kept"] > 0 and d["rows_written"] >= c["kept"]  # every kept document was looked up
     assert c["documents_in"] == c["kept"] + c["dropped"] + c["quarantined"]
     assert c["kept"] > 0 and c["dropped"] > 0 and c["quarantined"] > 0  # the sample has dupes, junk and bad lines
     assert meta["raw_text"]["objects"] > 0 and meta["raw_text"]["missing_or_changed"] == 0
