@@ -330,6 +330,16 @@ def main() -> None:
             results["scaling_factor_cleaned_shards"] = ratio("in-process-1-core", "cleaned_shards")
             results["scaling_factor_unpinned"] = ratio("in-process")
             results["scaling_factor_unpinned_cleaned_shards"] = ratio("in-process", "cleaned_shards")
+            # every run's factors are kept: on a shared 2-core machine one run is not a measurement
+            results.setdefault("scaling_runs", []).append(
+                {
+                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "mb": args.scaling_mb,
+                    "load_average": [round(results["scaling_load_average_start"][0], 2), round(os.getloadavg()[0], 2)],
+                    "wall_s": {name: r["wall_s"] for name, r in scaling.items()},
+                    **{k: results[k] for k in results if k.startswith("scaling_factor")},
+                }
+            )
             print(f"scaling 1 core -> 2: {results['scaling_factor']}x end to end, "
                   f"{results['scaling_factor_cleaned_shards']}x cleaned_shards; one unpinned process -> 2 workers: "
                   f"{results['scaling_factor_unpinned']}x, {results['scaling_factor_unpinned_cleaned_shards']}x")  # fmt: skip
