@@ -137,17 +137,57 @@ def _jieba():
     return jieba
 
 
+# Whitespace chunks follow Zipf's law: most of a document's punctuated chunks ("word,", "(see", "it's") were
+# split before, in this process. Their tokens are kept here (bounded: cleared when full), so such a chunk is
+# split by the rules once, then looked up.
+_CHUNK_TOKENS: dict[str, tuple[str, ...]] = {}
+_CJK_BLOCK_TOKENS: dict[str, tuple[str, ...]] = {}  # jieba's words of a block (its own cache: other rules)
+_CHUNK_TOKENS_MAX = 1 << 17
+
+
+def _remember(cache: dict[str, tuple[str, ...]], chunk: str, tokens: tuple[str, ...]) -> tuple[str, ...]:
+    if len(cache) >= _CHUNK_TOKENS_MAX:
+        cache.clear()
+    cache[chunk] = tokens
+    return tokens
+
+
+def _chunk_tokens(chunk: str) -> tuple[str, ...]:
+    out: list[str] = []
+    _split_chunk(chunk, out)
+    return _remember(_CHUNK_TOKENS, chunk, tuple(out))
+
+
+def _cjk_tokens(text: str) -> list[str]:
+    """`jieba.lcut(text)`, from a cache of its blocks: jieba cuts each run of `re_han_default` (and each piece
+    between two runs) on its own, so the words of the text are the words of its blocks, in order."""
+    jieba = _jieba()
+    out: list[str] = []
+    known = _CJK_BLOCK_TOKENS.get
+    for block in jieba.re_han_default.split(text):
+        if block:
+            tokens = known(block)
+            if tokens is None:
+                tokens = _remember(_CJK_BLOCK_TOKENS, block, tuple(jieba.lcut(block)))
+            out.extend(tokens)
+    return out
+
+
 def split_words(text: str, lang: str | None = None) -> list[str]:
     if lang in CJK_LANGS:
-        return [t for t in (w.strip() for w in _jieba().lcut(text)) if t]
+        return [t for t in (w.strip() for w in _cjk_tokens(text)) if t]
     out: list[str] = []
+    known = _CHUNK_TOKENS.get
     for chunk in text.split():
-        _split_chunk(chunk, out)
+        if chunk.isalnum() and len(chunk) != 6:  # a plain word (6: "cannot" is split); the rest are looked up
+            out.append(chunk)
+        else:
+            out.extend(known(chunk) or _chunk_tokens(chunk))
     return out
 
 
 def is_word(token: str) -> bool:
-    return _NON_SYMBOL.search(token) is not None
+    return token.isalnum() or _NON_SYMBOL.search(token) is not None  # letters and digits are never P, S or Cc
 
 
 def simplify(text: str) -> str:

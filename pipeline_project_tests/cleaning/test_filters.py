@@ -76,6 +76,31 @@ def test_tokenizer_splits_like_spacy_english():
     ]
 
 
+def test_split_words_is_the_same_from_its_chunk_cache_and_the_cache_stays_bounded(monkeypatch):
+    from pipeline_project.cleaning import text
+
+    def by_rules(t: str) -> list[str]:
+        out: list[str] = []
+        for chunk in t.split():
+            text._split_chunk(chunk, out)
+        return out
+
+    sample = "Cannot stop, it's (well-known) CANNOT: U.S. costs $1,000.50... x@y.org! 好，可 e.g. fs::File"
+    monkeypatch.setattr(text, "_CHUNK_TOKENS", {})
+    monkeypatch.setattr(text, "_CHUNK_TOKENS_MAX", 4)
+    cold = split_words(sample)
+    assert cold == split_words(sample) == by_rules(sample)  # cold, then from the cache
+    assert cold[:2] == ["Can", "not"]  # a plain 6-letter chunk still takes the rules
+    assert len(text._CHUNK_TOKENS) <= 4
+    monkeypatch.setattr(text, "_CJK_BLOCK_TOKENS", {})
+    zh = "我们今天去公园散步。天气很好，我们今天去公园散步！Python 3.12 和 jieba_0.42 很好用…… 北京大学的学生"
+    for _ in range(2):  # cold, then from the block cache
+        assert text._cjk_tokens(zh) == text._jieba().lcut(zh)
+    assert len(text._CJK_BLOCK_TOKENS) <= 4
+    assert text.is_word("word") and text.is_word("3") and text.is_word("好，") and not text.is_word("...")
+    assert not text.is_word("")
+
+
 def test_gopher_word_count_boundary():
     step = gq(min_doc_words=50, max_doc_words=100)
     assert step.check(make_doc("word " * 50)) is None

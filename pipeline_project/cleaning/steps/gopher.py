@@ -59,7 +59,7 @@ class GopherQuality(DocFilter):
             if ends / len(lines) > m:
                 return "gopher_too_many_end_ellipsis"
         if m := lim("max_non_alpha_words_ratio"):
-            alpha = sum(1 for w in words if any(c.isalpha() for c in w))
+            alpha = sum(1 for w in words if w.isalpha() or any(c.isalpha() for c in w))
             if alpha / n_words < m:
                 return "gopher_below_alpha_threshold"
         stop = self.stop_words.get(lang)
