@@ -199,7 +199,7 @@ def test_gopher_greedy_count_matches_reference_definition():
         for k in range(2, n + 1):
             keys = keys[:-1] * np.uint64(0x9E3779B97F4A7C15) + h[k - 1 :]
         cum = np.concatenate(([0], np.cumsum([len(w) for w in words])))
-        assert G._greedy_repeated_chars(keys, cum, n) == reference(words, n)
+        assert (G._greedy_repeated_chars(keys, cum, n) or 0) == reference(words, n)  # None: nothing repeats
 
 
 def test_c4_rules():

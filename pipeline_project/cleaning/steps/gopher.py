@@ -138,11 +138,14 @@ class GopherRepetition(DocFilter):
             ngram_len = int(cum[pos + n] - cum[pos]) + n - 1  # " ".join length
             if ngram_len * int(top) / len(text) > frac:
                 return f"top_{n}_gram"
+        unrepeated = None  # the smallest n with no n-gram occurring twice: no longer n-gram can occur twice
         for n, frac in cfg.dup_n_grams:
-            if n not in keys_by_n:
+            if n not in keys_by_n or (unrepeated is not None and n > unrepeated):
                 continue
             repeated = self._greedy_repeated_chars(keys_by_n[n], cum, n)
-            if repeated / len(text) > frac:
+            if repeated is None:
+                unrepeated = n if unrepeated is None else min(n, unrepeated)
+            elif repeated / len(text) > frac:
                 return f"duplicated_{n}_n_grams"
         return None
 
@@ -150,14 +153,15 @@ class GopherRepetition(DocFilter):
         return [n for n, _ in self.cfg.top_n_grams] + [n for n, _ in self.cfg.dup_n_grams] + [1]
 
     @staticmethod
-    def _greedy_repeated_chars(keys: np.ndarray, cum: np.ndarray, n: int) -> int:
+    def _greedy_repeated_chars(keys: np.ndarray, cum: np.ndarray, n: int) -> int | None:
         """Scan left to right; a repeated n-gram counts its characters and skips n words ("".join length).
+        None when no n-gram occurs twice.
 
         Positions whose n-gram occurs once in the whole document can never be "seen", so the scan only
         visits positions of n-grams that occur at least twice."""
         _, _, repeated_pos = _groups(keys)
         if repeated_pos.size == 0:
-            return 0
+            return None
         seen: set[int] = set()
         repeated, idx = 0, 0
         key_list = keys[repeated_pos].tolist()
