@@ -246,10 +246,10 @@ def main() -> None:
     texts = corpus_docs()
     rng = random.Random(0)
 
-    def upload(name: str, mb: float, body: bytes | None = None) -> str:
+    def upload(name: str, mb: float, body: bytes | None = None, fresh: float = 0.0) -> str:
         key = f"{prefix}raw/{name}.jsonl"
         # multipart, as `aws s3 cp` does: s3proxy (256 MB heap) answers one PutObject of ~100 MB+ with 500 (OOM)
-        client.upload_fileobj(io.BytesIO(body or make_batch(texts, mb, rng)), settings.bucket, key)
+        client.upload_fileobj(io.BytesIO(body or make_batch(texts, mb, rng, fresh)), settings.bucket, key)
         return key
 
     load = os.getloadavg()
@@ -262,9 +262,7 @@ def main() -> None:
             per_batch = args.mb / args.batches
             curve = []
             for i in range(args.batches):
-                key = f"{prefix}raw/b{i:03d}.jsonl"
-                client.upload_fileobj(io.BytesIO(make_batch(texts, per_batch, rng, args.fresh)), settings.bucket, key)
-                r = child(key, prefix, topic, f"bench_{stamp}_curve", 2)
+                r = child(upload(f"b{i:03d}", per_batch, fresh=args.fresh), prefix, topic, f"bench_{stamp}_curve", 2)
                 r["load_1m"] = round(os.getloadavg()[0], 2)
                 curve.append(r)
                 d = r["dedup_index"]
