@@ -9,11 +9,11 @@ often the filter decisions still agree. Chinese and Japanese go through jieba, a
 from __future__ import annotations
 
 import re
-import sys
 import unicodedata
 from functools import lru_cache
 
 import regex
+import rjieba
 
 CJK_LANGS = frozenset({"zh", "ja"})
 
@@ -123,7 +123,10 @@ _SYMBOLS = regex.compile(r"[\p{P}\p{S}\p{Cc}]+")
 _NUMBERS = regex.compile(r"\p{Nd}+(?:[.,،٫⎖⎗⎘]\p{Nd}+)?")
 _WHITESPACE = regex.compile(r"\s+")
 _SENT_END = regex.compile(r"\p{Sentence_Terminal}")
-TERMINAL_PUNCTUATION = tuple(sorted({chr(c) for c in range(sys.maxunicode + 1) if _SENT_END.match(chr(c))}))
+# every Sentence_Terminal code point lies in planes 0-1 (a test checks all of Unicode); one findall over them
+# costs ~10 ms at import, a match per code point of all 17 planes cost ~250 ms in every process
+_TERMINAL_PLANES = 0x20000
+TERMINAL_PUNCTUATION = tuple(sorted(set(_SENT_END.findall("".join(map(chr, range(_TERMINAL_PLANES)))))))
 
 
 @lru_cache(maxsize=1)
@@ -158,17 +161,100 @@ def _chunk_tokens(chunk: str) -> tuple[str, ...]:
     return _remember(_CHUNK_TOKENS, chunk, tuple(out))
 
 
+# A block of Han characters only is cut as jieba cuts it, faster: jieba-rs (`rjieba`, the same dictionary)
+# finds the dictionary route, and jieba's own HMM joins the runs of single characters that are not a word, as
+# `jieba.Tokenizer.__cut_DAG` does. jieba-rs's own HMM differs on rare characters ("常在於險遠"), and it groups
+# Latin letters and digits its own way, so those blocks go to jieba (a test compares every block of the corpus).
+_PURE_HAN = re.compile("[\u4e00-\u9fd5]+")
+
+
+def _cut_block(block: str) -> tuple[str, ...]:
+    jieba = _jieba()
+    if not _PURE_HAN.fullmatch(block):
+        return tuple(jieba.lcut(block))
+    out: list[str] = []
+    singles = ""  # consecutive one-character words of the route
+
+    def flush() -> None:
+        if len(singles) > 1 and not jieba.dt.FREQ.get(singles):
+            out.extend(_hmm_words(singles))
+        else:
+            out.extend(singles)
+
+    for word in rjieba.cut(block, hmm=False):
+        if len(word) == 1:
+            singles += word
+            continue
+        if singles:
+            flush()
+            singles = ""
+        out.append(word)
+    if singles:
+        flush()
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def _hmm_tables() -> tuple:
+    from jieba.finalseg import MIN_FLOAT, start_P, trans_P
+
+    t = {(a, b): trans_P[a].get(b, MIN_FLOAT) for a in "BMES" for b in "BMES"}
+    return MIN_FLOAT, start_P, t
+
+
+def _hmm_words(han: str) -> list[str]:
+    """`jieba.finalseg.cut(han)` for a string of Han characters only, with the same arithmetic and the same
+    tie-breaks (its `max` over (probability, state) tuples), with back-pointers instead of copied paths."""
+    from jieba.finalseg import emit_P
+
+    low, start, t = _hmm_tables()
+    eb, em, ee, es = (emit_P[y].get for y in "BMES")
+    c = han[0]
+    b, m, e, s = start["B"] + eb(c, low), start["M"] + em(c, low), start["E"] + ee(c, low), start["S"] + es(c, low)
+    back: list[tuple[str, str, str, str]] = []  # per position: the previous state of B, M, E, S
+    for c in han[1:]:
+        from_e, from_s = e + t["E", "B"] + eb(c, low), s + t["S", "B"] + eb(c, low)
+        nb, pb = (from_e, "E") if from_e > from_s else (from_s, "S")
+        from_m, from_b = m + t["M", "M"] + em(c, low), b + t["B", "M"] + em(c, low)
+        nm, pm = (from_m, "M") if from_m >= from_b else (from_b, "B")
+        from_b2, from_m2 = b + t["B", "E"] + ee(c, low), m + t["M", "E"] + ee(c, low)
+        ne, pe = (from_m2, "M") if from_m2 >= from_b2 else (from_b2, "B")
+        from_s2, from_e2 = s + t["S", "S"] + es(c, low), e + t["E", "S"] + es(c, low)
+        ns, ps = (from_s2, "S") if from_s2 >= from_e2 else (from_e2, "E")
+        back.append((pb, pm, pe, ps))
+        b, m, e, s = nb, nm, ne, ns
+    state = "S" if s >= e else "E"
+    states = [state]
+    for step in reversed(back):
+        state = step["BMES".index(state)]
+        states.append(state)
+    states.reverse()
+    words: list[str] = []
+    begin = nexti = 0
+    for i, pos in enumerate(states):
+        if pos == "B":
+            begin = i
+        elif pos == "E":
+            words.append(han[begin : i + 1])
+            nexti = i + 1
+        elif pos == "S":
+            words.append(han[i])
+            nexti = i + 1
+    if nexti < len(han):
+        words.append(han[nexti:])
+    return words
+
+
 def _cjk_tokens(text: str) -> list[str]:
     """`jieba.lcut(text)`, from a cache of its blocks: jieba cuts each run of `re_han_default` (and each piece
     between two runs) on its own, so the words of the text are the words of its blocks, in order."""
-    jieba = _jieba()
     out: list[str] = []
     known = _CJK_BLOCK_TOKENS.get
-    for block in jieba.re_han_default.split(text):
+    for block in _jieba().re_han_default.split(text):
         if block:
             tokens = known(block)
             if tokens is None:
-                tokens = _remember(_CJK_BLOCK_TOKENS, block, tuple(jieba.lcut(block)))
+                tokens = _remember(_CJK_BLOCK_TOKENS, block, _cut_block(block))
             out.extend(tokens)
     return out
 

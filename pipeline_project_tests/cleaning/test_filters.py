@@ -18,7 +18,7 @@ from pipeline_project.cleaning.steps import (
     LanguageID,
     PIIMasking,
 )
-from pipeline_project.cleaning.text import split_words
+from pipeline_project.cleaning.text import TERMINAL_PUNCTUATION, split_words
 
 from .conftest import make_doc, prose
 
@@ -99,6 +99,35 @@ def test_split_words_is_the_same_from_its_chunk_cache_and_the_cache_stays_bounde
     assert len(text._CJK_BLOCK_TOKENS) <= 4
     assert text.is_word("word") and text.is_word("3") and text.is_word("好，") and not text.is_word("...")
     assert not text.is_word("")
+
+
+def test_pure_han_blocks_cut_by_jieba_rs_equal_jieba_over_the_shared_chinese_corpus(corpus):
+    import json
+
+    from pipeline_project.cleaning import text
+
+    jieba = text._jieba()
+    blocks: set[str] = set()
+    for path in sorted([*corpus.glob("zh_*/*.jsonl"), *corpus.glob("web_noisy/*.jsonl")]):
+        for line in path.read_text(encoding="utf-8").split("\n"):
+            doc = json.loads(line).get("text") or "" if line.strip() else ""
+            blocks.update(b for b in jieba.re_han_default.split(doc) if text._PURE_HAN.fullmatch(b))
+    assert len(blocks) > 50_000
+    differ = [b for b in sorted(blocks) if text._cut_block(b) != tuple(jieba.lcut(b))]
+    assert differ == []
+    mixed = "就是801.11n的无线网卡"  # not pure Han: jieba itself cuts it ("801.11", "n"; jieba-rs keeps "801.11n")
+    assert text._cut_block(mixed) == tuple(jieba.lcut(mixed))
+
+
+def test_terminal_punctuation_is_every_sentence_terminal_of_unicode():
+    import sys
+
+    import regex
+
+    terminal = regex.compile(r"\p{Sentence_Terminal}")
+    every = {chr(c) for c in range(sys.maxunicode + 1) if terminal.match(chr(c))}
+    assert set(TERMINAL_PUNCTUATION) == every
+    assert {"。", "！", "？", ".", "!", "?"} <= every
 
 
 def test_gopher_word_count_boundary():
