@@ -202,6 +202,8 @@ def run_one(args: argparse.Namespace) -> dict:
         "peak_rss_mb": _own_peak_rss_mb(),
         # CPU seconds of this process (not its filter workers): the serial part that more workers cannot shrink
         "main_cpu_s": round(sum(resource.getrusage(resource.RUSAGE_SELF)[:2]), 1),
+        # the filter workers' CPU seconds (the pool has been shut down and waited for, so its workers count)
+        "workers_cpu_s": round(sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2]), 1),
         "workers_peak_rss_mb": round(max(workers_peak, default=0.0), 1),
     }
 
@@ -209,10 +211,21 @@ def run_one(args: argparse.Namespace) -> dict:
 def child(key: str, prefix: str, topic: str, schema: str, workers: int, cpus: int = 0) -> dict:
     cmd = [sys.executable, __file__, "--one", "--key", key, "--prefix", prefix, "--topic", topic,
            "--schema", schema, "--workers", str(workers), "--cpus", str(cpus)]  # fmt: skip
+    import psutil
+
+    before = psutil.cpu_times()
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT)
+    after = psutil.cpu_times()
     if out.returncode != 0:
         raise SystemExit(f"bench child failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    # core-seconds nobody used while the child ran (its imports before the clock starts included): what more
+    # parallelism could still have taken; the rest of the machine's busy time is the stack's servers and the OS
+    r["machine_idle_core_s"] = round((after.idle + after.iowait) - (before.idle + before.iowait), 1)
+    r["machine_busy_core_s"] = round(
+        sum(getattr(after, f) - getattr(before, f) for f in ("user", "system", "nice", "irq", "softirq")), 1
+    )
+    return r
 
 
 def main() -> None:
