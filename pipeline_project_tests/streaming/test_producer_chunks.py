@@ -181,7 +181,9 @@ def test_a_run_killed_inside_a_transaction_is_fenced_and_resumed_exactly(stack, 
     _assert_complete_and_exact(s, topic, "b1", report, reference)
 
 
-def test_returns_only_once_read_committed_readers_see_the_batch(stack):
+def test_returns_only_once_read_committed_readers_see_the_batch(stack, monkeypatch):
+    from pipeline_project.streaming import producer
+
     s = kafka_settings(stack)
     topic = unique_topic("visible")
     ensure_topic(s.make_admin(), topic, partitions=1)
@@ -190,7 +192,23 @@ def test_returns_only_once_read_committed_readers_see_the_batch(stack):
     other.begin_transaction()
     other.produce(topic, value=b"other", partition=0)
     other.flush(30)
-    ends = threading.Timer(3.0, lambda: other.commit_transaction(30))
+    # it ends 1.5 s after our batch has committed and begun to wait, however long our setup took (a fixed timer
+    # from the start could expire during a slow setup on a loaded machine, leaving nothing to wait for)
+    waiting = threading.Event()
+    wait = producer.wait_until_visible
+
+    def signalled_wait(*args, **kwargs):
+        waiting.set()
+        return wait(*args, **kwargs)
+
+    monkeypatch.setattr(producer, "wait_until_visible", signalled_wait)
+
+    def end_other() -> None:
+        if waiting.wait(120):
+            time.sleep(1.5)
+        other.commit_transaction(30)
+
+    ends = threading.Thread(target=end_other)
     ends.start()
     t0 = time.monotonic()
     try:
@@ -198,8 +216,9 @@ def test_returns_only_once_read_committed_readers_see_the_batch(stack):
         waited = time.monotonic() - t0
         stable = last_stable_offsets(s, topic, [0])[0]
     finally:
+        waiting.set()
         ends.join()
-    assert waited > 2.0
+    assert waited > 1.5
     assert stable > report.offsets[0][1]  # right on return, a read_committed reader sees the whole batch
     assert report.stage_seconds["visible"] > 1.0
 
