@@ -6,7 +6,7 @@ over slices of a chunk, and returns what the in-process chain would: per profile
 their batch positions, the dropped ones with their reasons, and per-step counts (seconds are summed CPU
 seconds across workers). Deduplication and masking decide in the calling process, in order, so decisions
 are identical; but their per-document work (hashes, MinHash signatures, PII and secret masks) and the masking
-of dropped text for the exclusion sink are done ahead here (`Step.prepare`), so the calling process, which
+of dropped text for the exclusion sink are done ahead here (each step's `prepare`), so the calling process, which
 every chunk passes through, only looks up and decides.
 """
 

@@ -26,7 +26,7 @@ class DocState:
     words: tuple[str, str, list[str]] | None = None  # base.doc_words: (text it was split from, language, words)
     exact_key: int | None = None  # ExactDedup: xxh3 of the normalized text, for the cross-batch index
     minhash: tuple[Any, Any] | None = None  # MinHashDedup: (signature uint32[num_perm], band keys uint64[bands])
-    # Step.prepare, run ahead in a pool worker: step name -> (text it was computed from, value)
+    # a step's prepare, run ahead in a pool worker: step name -> (text it was computed from, value)
     prepared: dict[str, tuple[str, Any]] | None = None
 
 

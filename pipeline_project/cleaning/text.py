@@ -196,19 +196,16 @@ def _cut_block(block: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def _hmm_tables() -> tuple:
-    from jieba.finalseg import MIN_FLOAT, start_P, trans_P
+    from jieba.finalseg import MIN_FLOAT, emit_P, start_P, trans_P
 
     t = {(a, b): trans_P[a].get(b, MIN_FLOAT) for a in "BMES" for b in "BMES"}
-    return MIN_FLOAT, start_P, t
+    return MIN_FLOAT, start_P, t, tuple(emit_P[y].get for y in "BMES")
 
 
 def _hmm_words(han: str) -> list[str]:
     """`jieba.finalseg.cut(han)` for a string of Han characters only, with the same arithmetic and the same
     tie-breaks (its `max` over (probability, state) tuples), with back-pointers instead of copied paths."""
-    from jieba.finalseg import emit_P
-
-    low, start, t = _hmm_tables()
-    eb, em, ee, es = (emit_P[y].get for y in "BMES")
+    low, start, t, (eb, em, ee, es) = _hmm_tables()
     c = han[0]
     b, m, e, s = start["B"] + eb(c, low), start["M"] + em(c, low), start["E"] + ee(c, low), start["S"] + es(c, low)
     back: list[tuple[str, str, str, str]] = []  # per position: the previous state of B, M, E, S

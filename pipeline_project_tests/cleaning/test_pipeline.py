@@ -88,3 +88,20 @@ def test_real_corpus_slice(corpus, config):
     assert "| gopher_quality |" in table and "| minhash_dedup |" in table and "kept" in table
     for stats in result.step_stats:
         assert sum(stats.reasons.values()) == stats.dropped, stats.name
+
+
+def test_a_pool_worker_prepares_ahead_exactly_the_steps_that_have_a_prepare():
+    from pipeline_project.cleaning import Document
+    from pipeline_project.cleaning.profiles import build_chains, split_at_dedup
+    from pipeline_project.cleaning.steps.base import prepare_ahead, prepared
+
+    chains = {name: split_at_dedup(steps)[1] for name, steps in build_chains(CleaningConfig()).items()}
+    after_filters = chains["en_web"]
+    doc = Document(id="d", text=prose(12) + " Write to someone@example.com.", source="t")
+    prepare_ahead(after_filters, doc)
+    assert set(doc.state.prepared) == {s.name for s in after_filters if hasattr(s, "prepare")}
+    assert {"exact_dedup", "minhash_dedup", "pii"} <= set(doc.state.prepared)
+    pii = next(s for s in after_filters if s.name == "pii")
+    masked, hits = prepared(pii, doc, lambda: (_ for _ in ()).throw(AssertionError("computed again")))
+    assert hits and "someone@example.com" not in masked
+    assert "secrets" in {s.name for s in chains["code"] if hasattr(s, "prepare")}

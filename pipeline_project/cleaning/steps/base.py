@@ -6,7 +6,7 @@ import abc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pipeline_project.cleaning.records import Document, Dropped
 from pipeline_project.cleaning.text import split_words
@@ -51,17 +51,14 @@ class StepStats:
 
 
 class Step(abc.ABC):
+    """A step of the chain. A step whose per-document work depends on the text alone also defines
+    `prepare(doc) -> Any`, so a pool worker can do that work ahead (`prepare_ahead`, `prepared`)."""
+
     name = "step"
-    # True when `prepare` does this step's per-document work, so a pool worker can do it ahead
-    prepares = False
 
     @abc.abstractmethod
     def run(self, docs: list[Document], ctx: RunContext, stats: StepStats) -> tuple[list[Document], list[Dropped]]:
         """Return the documents kept and those dropped (with their reasons)."""
-
-    def prepare(self, doc: Document) -> Any:
-        """The part of this step's work that depends on the document's text alone (see `prepared`)."""
-        raise NotImplementedError
 
 
 T = TypeVar("T")
@@ -69,7 +66,7 @@ T = TypeVar("T")
 
 def prepare_ahead(steps: list[Step], doc: Document) -> None:
     """Run the `prepare` of each step that has one on `doc` now, for `prepared` to find later."""
-    doc.state.prepared = {s.name: (doc.text, s.prepare(doc)) for s in steps if s.prepares}
+    doc.state.prepared = {s.name: (doc.text, s.prepare(doc)) for s in steps if hasattr(s, "prepare")}
 
 
 def prepared(step: Step, doc: Document, compute: Callable[[], T]) -> T:

@@ -208,7 +208,6 @@ class SecretsMasking(DocFilter):
     """Masks keys, tokens and assigned passwords (and e-mail addresses); never drops a file."""
 
     name = "secrets"
-    prepares = True
 
     def __init__(self, cfg: SecretsConfig, pii: PIIConfig):
         self.cfg = cfg

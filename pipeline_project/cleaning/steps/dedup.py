@@ -18,7 +18,6 @@ def exact_key(text: str) -> int:
 
 class ExactDedup(Step):
     name = "exact_dedup"
-    prepares = True
 
     def prepare(self, doc: Document) -> int:
         return exact_key(doc.text)
@@ -117,7 +116,6 @@ class MinHashDedup(Step):
     """
 
     name = "minhash_dedup"
-    prepares = True
 
     def __init__(self, cfg: MinHashConfig):
         self.cfg = cfg

@@ -54,7 +54,6 @@ def mask_pii(text: str, cfg: PIIConfig) -> tuple[str, dict[str, int]]:
 
 class PIIMasking(DocFilter):
     name = "pii"
-    prepares = True
 
     def __init__(self, cfg: PIIConfig):
         self.cfg = cfg
