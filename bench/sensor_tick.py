@@ -5,9 +5,11 @@
 
 Fills `bench-sensor-<stamp>/raw/` on the stack's S3 server with sequence-numbered keys (an append-style layout),
 the cursor taken past all of them, then drops `--new` objects after them and times one tick of the sensor's
-planner (`listing.plan_tick`, with the sensor's own whole-prefix listing), counting ListObjectsV2 requests and keys
-returned. An append tick must stay flat as the prefix grows; the full tick (every `full_scan_every` ticks) grows
-with it. Prints a table with the load average and writes bench/results/sensor_tick.json.
+planner (`listing.plan_tick`), counting ListObjectsV2 requests and keys returned. An append tick must stay flat as
+the prefix grows. Then one key lands among the old ones and the full scan runs tick by tick, with the sensor's
+default pages and seconds per tick, until it is done: the slowest tick must stay within Dagster's 60 s sensor
+timeout at any prefix size, and the key must be found. Prints a table with the load average and writes
+bench/results/sensor_tick.json.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from dagster_aws.s3.sensor import get_objects
-
-from pipeline_project.listing import Limits, TickCursor, plan_tick
+from pipeline_project.listing import CURSOR_MARGIN_S, Limits, TickCursor, plan_tick, server_time
+from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.stack import Stack
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sensor_tick.json"
@@ -51,15 +52,23 @@ def fill(client, bucket: str, prefix: str, start: int, stop: int) -> None:
         list(pool.map(put, range(start, stop)))
 
 
-def one_tick(client, bucket, prefix, cursor, limits, counter) -> dict:
-    def list_all(since):
-        return get_objects(bucket, prefix=prefix, since_last_modified=since, client=client)
+def settled_server_time(client, bucket: str, last_key: str) -> str:
+    """The server's time once it is past the last filled object's LastModified by more than the cursor's
+    margin, so that the cursor's claim (everything before `since` is taken) is true of the filled prefix."""
+    newest = client.head_object(Bucket=bucket, Key=last_key)["LastModified"]
+    while True:
+        now = server_time(client.list_objects_v2(Bucket=bucket, Prefix=last_key, MaxKeys=1))
+        if (now - newest).total_seconds() > CURSOR_MARGIN_S + 1:
+            return now.isoformat()
+        time.sleep(1)
 
+
+def one_tick(client, bucket, prefix, cursor, limits, counter) -> dict:
     counter.reset()
     t0 = time.perf_counter()
-    taken, after = plan_tick(client, bucket, prefix, cursor, limits, list_all)
-    return {"s": time.perf_counter() - t0, "taken": len(taken), "requests": counter.requests, "keys": counter.keys,
-            "kind": after.kind, "cursor": after}  # fmt: skip
+    taken, after = plan_tick(client, bucket, prefix, cursor, limits)
+    return {"s": time.perf_counter() - t0, "taken": [o.key for o in taken], "requests": counter.requests,
+            "keys": counter.keys, "kind": after.kind, "cursor": after}  # fmt: skip
 
 
 def main() -> None:
@@ -67,13 +76,7 @@ def main() -> None:
     parser.add_argument("--existing", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--new", type=int, default=10, help="objects that arrive before each measured tick")
     parser.add_argument("--repeats", type=int, default=5, help="append ticks per size")
-    parser.add_argument("--full-repeats", type=int, default=0, help="full-listing ticks per size (0: repeats // 2)")
-    parser.add_argument(
-        "--full-max-existing",
-        type=int,
-        default=None,
-        help="measure the full listing only up to this many objects (s3proxy's is O(n^2) in pages)",
-    )
+    parser.add_argument("--no-scan", action="store_true", help="time the append ticks only")
     args = parser.parse_args()
 
     settings = Stack().settings()  # the local stack's endpoint and keys
@@ -81,8 +84,10 @@ def main() -> None:
     bucket = settings.bucket
     prefix = f"bench-sensor-{time.strftime('%Y%m%dT%H%M%S')}/raw/"
     counter = RequestCounter(client)
-    append_limits = Limits(max_objects=1000, max_bytes=256 << 20, full_scan_every=40)
-    full_limits = replace(append_limits, full_scan_every=1)
+    layout = PipelineLayout()
+    append_limits = Limits(max_objects=1000, max_bytes=256 << 20, full_scan_every=0)
+    scan_limits = replace(append_limits, full_scan_every=1, scan_pages=layout.full_scan_pages_per_tick,
+                          scan_seconds=layout.full_scan_seconds_per_tick)  # fmt: skip
     load = [round(x, 2) for x in os.getloadavg()]
     rows, filled = [], 0
     for existing in sorted(args.existing):
@@ -90,42 +95,61 @@ def main() -> None:
         fill(client, bucket, prefix, filled, existing)
         fill_s = time.perf_counter() - t0
         filled = existing
-        # the state a long-running sensor is in: every existing key taken, a full listing behind it
-        cursor = TickCursor(since="2000-01-01T00:00:00+00:00", start_after=f"{prefix}{existing - 1:09d}.jsonl")
-        appends, fulls = [], []
+        # the state a long-running sensor is in: every existing key taken, a scan behind it
+        now = settled_server_time(client, bucket, f"{prefix}{existing - 1:09d}.jsonl")
+        cursor = TickCursor(since=now, start_after=f"{prefix}{existing - 1:09d}.jsonl")
+        appends = []
         for _ in range(args.repeats):
             fill(client, bucket, prefix, filled, filled + args.new)
             filled += args.new
             tick = one_tick(client, bucket, prefix, cursor, append_limits, counter)
-            assert tick["kind"] == "append" and tick["taken"] == args.new, tick
+            assert tick["kind"] == "append" and len(tick["taken"]) == args.new, tick
             appends.append(tick)
             cursor = tick["cursor"]
-        full_runs = args.full_repeats or max(1, args.repeats // 2)
-        if args.full_max_existing is not None and existing > args.full_max_existing:
-            full_runs = 0
-        for _ in range(full_runs):
-            tick = one_tick(client, bucket, prefix, cursor, full_limits, counter)
-            assert tick["kind"] == "full", tick
-            fulls.append(tick)
+        scan = []
+        if not args.no_scan:
+            late = f"{prefix}{existing // 2:09d}x.jsonl"  # sorts among the old keys: only the scan finds it
+            client.put_object(Bucket=bucket, Key=late, Body=BODY)
+            found = []
+            while True:
+                fill(client, bucket, prefix, filled, filled + args.new)
+                filled += args.new
+                tick = one_tick(client, bucket, prefix, cursor, scan_limits, counter)
+                scan.append(tick)
+                found += [k for k in tick["taken"] if k.endswith("x.jsonl")]
+                old = [k for k in tick["taken"] if not k.endswith("x.jsonl") and k <= cursor.start_after]
+                assert not old, f"the scan took keys it had taken before: {old[:3]}"
+                cursor = tick["cursor"]
+                print(f"  scan tick {len(scan)}: {tick['s']:.1f} s, {tick['requests']} calls", flush=True)
+                if not cursor.scanning:
+                    break
+            assert found == [late], found
         row = {
             "existing": existing,
             "fill_s": round(fill_s, 1),
             "append_tick_ms_median": round(statistics.median(t["s"] for t in appends) * 1000, 1),
             "append_requests": appends[-1]["requests"],
             "append_keys_read": appends[-1]["keys"],
-            "full_tick_ms_median": round(statistics.median(t["s"] for t in fulls) * 1000, 1) if fulls else None,
-            "full_requests": fulls[-1]["requests"] if fulls else None,
-            "full_keys_read": fulls[-1]["keys"] if fulls else None,
         }
+        if scan:
+            row.update({
+                "scan_ticks": len(scan),
+                "scan_tick_s_max": round(max(t["s"] for t in scan), 1),
+                "scan_tick_s_median": round(statistics.median(t["s"] for t in scan), 1),
+                "scan_s_total": round(sum(t["s"] for t in scan), 1),
+                "scan_requests": sum(t["requests"] for t in scan),
+                "scan_keys_read": sum(t["keys"] for t in scan),
+                "late_key_found_on_tick": next(i + 1 for i, t in enumerate(scan) if any(
+                    k.endswith("x.jsonl") for k in t["taken"])),
+            })  # fmt: skip
         rows.append(row)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps({"partial": True, "new_per_tick": args.new, "rows": rows}, indent=1))
-        print(
-            f"{existing:>8} existing: append tick {row['append_tick_ms_median']} ms, full {row['full_tick_ms_median']} ms"
-        )
+        print(f"{existing:>8} existing: append tick {row['append_tick_ms_median']} ms, "
+              f"scan ticks {row.get('scan_ticks')}, slowest {row.get('scan_tick_s_max')} s")  # fmt: skip
     result = {"command": "python bench/sensor_tick.py --existing " + " ".join(str(e) for e in args.existing)
-              + f" --repeats {args.repeats} --full-repeats {args.full_repeats}"
-              + (f" --full-max-existing {args.full_max_existing}" if args.full_max_existing is not None else ""),
+              + f" --repeats {args.repeats}" + (" --no-scan" if args.no_scan else ""),
+              "scan_pages_per_tick": scan_limits.scan_pages, "scan_seconds_per_tick": scan_limits.scan_seconds,
               "new_per_tick": args.new, "repeats": args.repeats, "prefix": prefix,
               "load_avg": {"start": load, "end": [round(x, 2) for x in os.getloadavg()]}, "rows": rows}  # fmt: skip
     if len(rows) > 1:
@@ -136,13 +160,13 @@ def main() -> None:
     RESULTS.write_text(json.dumps(result, indent=1))
     print(f"\nload average {load[0]} -> {result['load_avg']['end'][0]} (1 min), {os.cpu_count()} CPUs, "
           f"{args.new} new objects per tick")  # fmt: skip
-    print(
-        "| existing objects | append tick (median) | ListObjectsV2 calls / keys read | full listing tick | calls / keys |"
-    )
-    print("|---|---|---|---|---|")
+    print("| existing objects | append tick (median) | ListObjectsV2 calls / keys read | scan: ticks | slowest tick "
+          "| median tick | calls / keys | late key found on tick |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['existing']:,} | {r['append_tick_ms_median']} ms | {r['append_requests']} / {r['append_keys_read']} "
-              f"| {r['full_tick_ms_median']} ms | {r['full_requests']} / {r['full_keys_read']} |")  # fmt: skip
+              f"| {r.get('scan_ticks')} | {r.get('scan_tick_s_max')} s | {r.get('scan_tick_s_median')} s "
+              f"| {r.get('scan_requests')} / {r.get('scan_keys_read')} | {r.get('late_key_found_on_tick')} |")  # fmt: skip
     print(f"wrote {RESULTS}")
 
 

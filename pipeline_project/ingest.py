@@ -177,12 +177,6 @@ def object_blocks(client, bucket: str, obj: RawObject, block_bytes: int | None =
         yield block
 
 
-# S3 LastModified has one-second resolution, and an object can land in the same second as the
-# newest one a tick has already seen. The cursor therefore keeps the keys it saw near its edge
-# and each listing starts a little before it.
-CURSOR_MARGIN_S = 2.0
-
-
 def _object_record(record_type, key: str, reason: str, detail: str):
     return record_type(id=key, source=key, reason=reason, detail=detail)
 

@@ -1,63 +1,80 @@
-"""What the raw S3 sensor lists on each tick, with a cursor that keeps a tick's cost O(new objects).
+"""What the raw S3 sensor lists on each tick, with a cursor that keeps a tick's cost bounded.
 
-Two listings:
+Two listings, both in key order, both bounded per tick:
 
-- **append** (most ticks): `ListObjectsV2(StartAfter=cursor.start_after)`, read page by page only as far as
+- **append** (every tick): `ListObjectsV2(StartAfter=cursor.start_after)`, read page by page only as far as
   one batch needs. Every key up to `start_after` has been taken, so for layouts where new keys sort after
   old ones (date or sequence prefixes: `raw/2026/12/03/...`, `raw/000123.jsonl`) a tick reads the new
   objects and nothing else, however many were ingested before.
-- **full** (the first tick, then every `full_scan_every` ticks): the whole prefix, filtered by LastModified
-  (the `since` cursor and the keys at its edge, as S3 stamps whole seconds). It finds objects whose keys
-  land before `start_after` (keys that are not append-only). Its cost grows with the prefix, so it runs
-  rarely; for layouts that are not append-only at all, set `full_scan_every=1` (every tick is then a full
-  listing, as before) or accept a delay of up to `full_scan_every` ticks for out-of-order keys.
+- **scan** (the full listing; it starts on the first tick, then every `full_scan_every` ticks after the last
+  one finished): walks the keys up to `start_after`, the part the append listing never reads again, and takes
+  those modified since the previous scan began (keys that landed out of order). It reads at most
+  `scan_pages` pages or `scan_seconds` per tick and keeps its position in the cursor, so a prefix of any
+  size is scanned over several ticks and no tick outgrows the sensor's timeout. When it reaches
+  `start_after`, `since` becomes the server's time (the `Date` header) of the scan's first page: an object
+  the scan passed before it landed was modified after that, so the next scan finds it.
 
-Both exclude what the other took: `recent` holds the keys taken since they could still be listed again
-(key after `start_after`, or modified after `since` minus the margin), so no object lands in two batches.
+Both exclude what either took: `recent` holds the keys taken that a scan could still return (modified since
+`since`, minus a margin for S3's whole-second stamps), so no object lands in two batches.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
 
-from pipeline_project.ingest import CURSOR_MARGIN_S, RawObject
+from pipeline_project.ingest import RawObject
 
-PAGE_KEYS = 1000
+# S3 stamps LastModified in whole seconds, and an object can land in the same second as the edge a scan
+# has passed: every comparison with `since` starts this much before it.
+CURSOR_MARGIN_S = 2.0
+# Without a Date header (every S3 server we know sends one) the scan's start is taken from this
+# machine's clock, this much earlier, to cover the skew between the two clocks.
+CLOCK_SKEW_S = 300.0
 
 
 @dataclass(frozen=True)
 class TickCursor:
-    since: str | None = None  # newest LastModified the full listing has passed
-    edge_keys: tuple[str, ...] = ()  # keys at the `since` edge already taken
+    since: str | None = None  # every object modified before this (minus the margin) is taken
     start_after: str | None = None  # every key <= this is taken (or was excluded)
-    recent: tuple[tuple[str, str], ...] = ()  # (key, last_modified) taken that a listing could return again
-    ticks: int = 0  # ticks since the last full listing
-    kind: str = field(default="", compare=False)  # what the last tick did: "full" or "append"
+    recent: tuple[tuple[str, str], ...] = ()  # (key, last_modified) taken that a scan could return again
+    ticks: int = 0  # ticks since the last scan finished
+    scan_after: str | None = None  # the running scan has examined every key <= this
+    scan_started: str | None = None  # server time of the running scan's first page; None: no scan is running
+    kind: str = field(default="", compare=False)  # what the last tick read: "scan+append" or "append"
+
+    @property
+    def scanning(self) -> bool:
+        return self.scan_started is not None
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "since": self.since,
-                "edge_keys": list(self.edge_keys),
                 "start_after": self.start_after,
                 "recent": [list(r) for r in self.recent],
                 "ticks": self.ticks,
+                "scan_after": self.scan_after,
+                "scan_started": self.scan_started,
             }
         )
 
     @classmethod
     def from_json(cls, raw: str | None) -> TickCursor:
+        """Reads this cursor and the one before it (which had `edge_keys`, all of them also in `recent`)."""
         if not raw:
             return cls()
         d = json.loads(raw)
         return cls(
             since=d.get("since"),
-            edge_keys=tuple(d.get("edge_keys", ())),
             start_after=d.get("start_after"),
             recent=tuple((k, lm) for k, lm in d.get("recent", ())),
             ticks=int(d.get("ticks", 0)),
+            scan_after=d.get("scan_after"),
+            scan_started=d.get("scan_started"),
         )
 
     def list_since(self) -> datetime | None:
@@ -68,7 +85,10 @@ class TickCursor:
 class Limits:
     max_objects: int
     max_bytes: int
-    full_scan_every: int  # 0: only the first tick lists everything
+    full_scan_every: int  # 0: only the first tick scans
+    scan_pages: int = 10  # at most this many pages of the scan per tick
+    scan_seconds: float = 20.0  # and no new page after this long (a tick reads at least one)
+    page_keys: int = 1000
 
 
 def _fits(taken: list[RawObject], obj: RawObject, limits: Limits) -> bool:
@@ -81,62 +101,80 @@ def _listed(obj: dict) -> RawObject | None:
     return None if obj["Key"].endswith("/") else RawObject.from_listing(obj)
 
 
+def server_time(page: dict) -> datetime:
+    date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if date:
+        return parsedate_to_datetime(date)
+    return datetime.now(timezone.utc) - timedelta(seconds=CLOCK_SKEW_S)
+
+
 def _prune(cursor: TickCursor) -> TickCursor:
-    """Forget recent keys that neither listing can return again."""
+    """Forget the taken keys no scan can return again: every one is at or before `start_after` (the append
+    listing passed it when it was taken, or it was taken by a scan), so what decides is the scans' `since`."""
     low = cursor.list_since()
-    keep = tuple(
-        (k, lm)
-        for k, lm in cursor.recent
-        if (cursor.start_after is None or k > cursor.start_after) or low is None or datetime.fromisoformat(lm) >= low
-    )
-    return replace(cursor, recent=keep)
+    if low is None:
+        return cursor
+    return replace(cursor, recent=tuple((k, lm) for k, lm in cursor.recent if datetime.fromisoformat(lm) >= low))
 
 
-def full_tick(listing: list[dict], cursor: TickCursor, limits: Limits) -> tuple[list[RawObject], TickCursor]:
-    """Take the oldest new objects of a whole-prefix listing (filtered by `since`)."""
-    objects = [o for o in (_listed(x) for x in listing) if o is not None]
-    skip = set(cursor.edge_keys) | {k for k, _ in cursor.recent}
-    fresh = sorted((o for o in objects if o.key not in skip), key=lambda o: (o.last_modified, o.key))
+def _page(client, bucket: str, prefix: str, after: str | None, limits: Limits) -> dict:
+    kwargs = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": limits.page_keys}
+    if after:
+        kwargs["StartAfter"] = after
+    return client.list_objects_v2(**kwargs)
+
+
+def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, clock=time.monotonic):
+    """Go on with the scan (or start it): objects at or before `start_after` modified since `since`, in key order."""
+    t0 = clock()
+    low = cursor.list_since()
+    skip = {k for k, _ in cursor.recent}
+    started = cursor.scan_started
+    after = cursor.scan_after
     taken: list[RawObject] = []
-    for o in fresh:
-        if not _fits(taken, o, limits):
-            break
-        taken.append(o)
-    since = cursor.since
-    if taken:
-        since = max([taken[-1].last_modified] + ([cursor.since] if cursor.since else []))
-    if len(taken) == len(fresh) and objects:  # nothing left behind: the whole listing is done
-        since = max([o.last_modified for o in objects] + ([since] if since else []))
-    edge_keys = cursor.edge_keys
-    if since is not None:
-        edge_from = datetime.fromisoformat(since).timestamp() - CURSOR_MARGIN_S
-        known = [o for o in objects if o.key in skip] + taken
-        edge_keys = tuple(
-            sorted({o.key for o in known if datetime.fromisoformat(o.last_modified).timestamp() >= edge_from})
-        )
-    start_after = cursor.start_after
-    if cursor.since is None:  # the first listing: everything up to the first object not taken is done
-        done = skip | {o.key for o in taken}
-        for o in sorted(objects, key=lambda o: o.key):
-            if o.key not in done:
+    pages, done, full = 0, False, False
+    while True:
+        page = _page(client, bucket, prefix, after, limits)
+        pages += 1
+        if started is None:
+            started = server_time(page).isoformat()
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if cursor.start_after is None or key > cursor.start_after:
+                done = True  # the append listing's part
                 break
-            start_after = o.key
+            obj = _listed(item)
+            if (
+                obj is not None
+                and key not in skip
+                and (low is None or datetime.fromisoformat(obj.last_modified) >= low)
+            ):
+                if not _fits(taken, obj, limits):
+                    full = True
+                    break
+                taken.append(obj)
+            after = key
+        if not page.get("IsTruncated"):
+            done = not full
+        if done or full or pages >= limits.scan_pages or clock() - t0 >= limits.scan_seconds:
+            break
     recent = cursor.recent + tuple((o.key, o.last_modified) for o in taken)
-    out = TickCursor(since=since, edge_keys=edge_keys, start_after=start_after, recent=recent, ticks=0, kind="full")
+    if done:
+        out = replace(cursor, since=started, recent=recent, ticks=0, scan_after=None, scan_started=None)
+    else:
+        out = replace(cursor, recent=recent, scan_after=after, scan_started=started)
     return taken, _prune(out)
 
 
-def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits):
-    """Take new objects in key order after `start_after`, reading only as many pages as one batch needs."""
+def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, taken=()):
+    """Add new objects in key order after `start_after` to `taken`, reading only the pages one batch needs."""
     recent = {k for k, _ in cursor.recent}
-    taken: list[RawObject] = []
+    taken = list(taken)
+    before = len(taken)
     start_after = cursor.start_after
-    kwargs = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": PAGE_KEYS}
-    if start_after:
-        kwargs["StartAfter"] = start_after
-    full = False
-    while not full:
-        page = client.list_objects_v2(**kwargs)
+    while True:
+        page = _page(client, bucket, prefix, start_after, limits)
+        full = False
         for item in page.get("Contents", []):
             obj = _listed(item)
             if obj is None or obj.key in recent:
@@ -149,16 +187,20 @@ def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Li
             start_after = obj.key
         if full or not page.get("IsTruncated"):
             break
-        kwargs = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": PAGE_KEYS,
-                  "ContinuationToken": page["NextContinuationToken"]}  # fmt: skip
-    recent_out = cursor.recent + tuple((o.key, o.last_modified) for o in taken)
-    out = replace(cursor, start_after=start_after, recent=recent_out, ticks=cursor.ticks + 1, kind="append")
-    return taken, _prune(out)
+    recent_out = cursor.recent + tuple((o.key, o.last_modified) for o in taken[before:])
+    return taken, _prune(replace(cursor, start_after=start_after, recent=recent_out))
 
 
-def plan_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, list_all):
-    """One sensor tick: the objects of the next batch and the cursor after it. `list_all(since)` lists the prefix."""
-    due = limits.full_scan_every > 0 and cursor.ticks + 1 >= limits.full_scan_every
-    if cursor.since is None or due:
-        return full_tick(list_all(cursor.list_since()), cursor, limits)
-    return append_tick(client, bucket, prefix, cursor, limits)
+def plan_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, clock=time.monotonic):
+    """One sensor tick: the objects of the next batch and the cursor after it."""
+    due = cursor.since is None or (limits.full_scan_every > 0 and cursor.ticks + 1 >= limits.full_scan_every)
+    taken: list[RawObject] = []
+    kind = "append"
+    if cursor.scanning or due:
+        taken, cursor = scan_step(client, bucket, prefix, cursor, limits, clock)
+        kind = "scan+append"
+    else:
+        cursor = replace(cursor, ticks=cursor.ticks + 1)
+    if len(taken) < limits.max_objects:
+        taken, cursor = append_tick(client, bucket, prefix, cursor, limits, taken)
+    return taken, replace(cursor, kind=kind)

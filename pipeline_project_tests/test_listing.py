@@ -3,69 +3,96 @@ and an append-style tick reads the new objects only (its cost does not grow with
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import datetime, timedelta, timezone
 
-from pipeline_project.listing import Limits, TickCursor, full_tick, plan_tick
+from pipeline_project.listing import Limits, TickCursor, plan_tick
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 LIMITS = Limits(max_objects=10, max_bytes=1 << 30, full_scan_every=5)
 
 
-def obj(key: str, seconds: float, size: int = 10) -> dict:
-    return {"Key": key, "ETag": '"e"', "Size": size, "LastModified": T0 + timedelta(seconds=seconds)}
-
-
 class Bucket:
-    """S3 stand-in with controllable LastModified (S3 stamps whole seconds)."""
+    """S3 stand-in with a controllable clock: LastModified and the listings' Date header (whole seconds)."""
 
     def __init__(self):
-        self.client = MemoryS3Client({})
+        self.second = 0
+        self.client = MemoryS3Client({}, clock=lambda: T0 + timedelta(seconds=self.second))
 
-    def put(self, key: str, second: int) -> None:
-        self.client.objects[("b", key)] = (b"x" * 10, T0 + timedelta(seconds=second))
+    def put(self, key: str, second: int | None = None, size: int = 10) -> None:
+        self.second = self.second if second is None else second
+        self.client.objects[("b", key)] = (b"x" * size, T0 + timedelta(seconds=self.second))
 
-    def list_all(self, since):
-        items = [
-            {"Key": k, "ETag": '"e"', "Size": len(d), "LastModified": t}
-            for (b, k), (d, t) in sorted(self.client.objects.items())
-        ]
-        self.client.listed_keys += len(items)
-        items.sort(key=lambda o: o["LastModified"])
-        return [o for o in items if since is None or o["LastModified"] > since]
+    def tick(self, cursor: TickCursor, limits: Limits = LIMITS, clock=None):
+        if clock is None:
+            return plan_tick(self.client, "b", "raw/", cursor, limits)
+        return plan_tick(self.client, "b", "raw/", cursor, limits, clock)
 
-    def tick(self, cursor: TickCursor, limits: Limits = LIMITS):
-        return plan_tick(self.client, "b", "raw/", cursor, limits, self.list_all)
+    def drain(self, cursor: TickCursor, limits: Limits, ticks: int = 500) -> tuple[list[str], TickCursor]:
+        keys = []
+        for _ in range(ticks):
+            taken, cursor = self.tick(cursor, limits)
+            keys += [o.key for o in taken]
+        return keys, cursor
 
 
-def test_first_tick_takes_everything_oldest_first():
-    taken, cursor = full_tick([obj("raw/b", 2), obj("raw/a", 1)], TickCursor(), LIMITS)
+def test_the_first_tick_takes_the_backlog_in_key_order_and_stamps_the_servers_time():
+    bucket = Bucket()
+    for key, second in [("raw/b", 2), ("raw/a", 5), ("raw/c", 1)]:
+        bucket.put(key, second)
+    bucket.second = 9
+    taken, cursor = bucket.tick(TickCursor(), Limits(2, 1 << 30, 5))
     assert [o.key for o in taken] == ["raw/a", "raw/b"]
-    assert cursor.since == (T0 + timedelta(seconds=2)).isoformat()
+    assert cursor.since == (T0 + timedelta(seconds=9)).isoformat() and not cursor.scanning
     assert cursor.start_after == "raw/b"
-
-
-def test_same_second_arrival_is_not_lost_and_seen_keys_are_not_repeated():
-    _, cursor = full_tick([obj("raw/a", 1)], TickCursor(), LIMITS)
-    taken, cursor2 = full_tick([obj("raw/a", 1), obj("raw/late", 1)], cursor, LIMITS)
-    assert [o.key for o in taken] == ["raw/late"]
-    again, _ = full_tick([obj("raw/a", 1), obj("raw/late", 1)], cursor2, LIMITS)
-    assert again == []
+    taken, cursor = bucket.tick(cursor, Limits(2, 1 << 30, 5))
+    assert [o.key for o in taken] == ["raw/c"] and cursor.kind == "append"
 
 
 def test_a_batch_closes_at_max_objects_or_max_bytes():
-    listing = [obj(f"raw/{i:02d}", i, size=400) for i in range(6)]
-    taken, _ = full_tick(listing, TickCursor(), Limits(max_objects=4, max_bytes=1000, full_scan_every=5))
+    bucket = Bucket()
+    for i in range(6):
+        bucket.put(f"raw/{i:02d}", i, size=400)
+    taken, _ = bucket.tick(TickCursor(), Limits(max_objects=4, max_bytes=1000, full_scan_every=5))
     assert [o.key for o in taken] == ["raw/00", "raw/01"]
-    one, _ = full_tick([obj("raw/huge", 1, size=5000)], TickCursor(), Limits(4, 1000, 5))
+    bucket = Bucket()
+    bucket.put("raw/huge", 1, size=5000)
+    one, _ = bucket.tick(TickCursor(), Limits(4, 1000, 5))
     assert [o.key for o in one] == ["raw/huge"]  # larger than max_bytes: a batch of its own
 
 
-def test_cursor_round_trips_through_json():
-    c = TickCursor(since=T0.isoformat(), edge_keys=("raw/a",), start_after="raw/a", recent=(("raw/b", "x"),), ticks=3)
+def test_cursor_round_trips_through_json_and_reads_the_previous_format():
+    c = TickCursor(since=T0.isoformat(), start_after="raw/a", recent=(("raw/b", "x"),), ticks=3,
+                   scan_after="raw/0", scan_started=T0.isoformat())  # fmt: skip
     assert TickCursor.from_json(c.to_json()) == c
     assert TickCursor.from_json(None) == TickCursor()
+    t0 = T0.isoformat()
+    old = {"since": t0, "edge_keys": ["raw/b"], "start_after": "raw/b", "recent": [["raw/b", t0]], "ticks": 7}
+    read = TickCursor.from_json(json.dumps(old))
+    assert (read.since, read.start_after, read.recent, read.ticks) == (
+        T0.isoformat(),
+        "raw/b",
+        (("raw/b", T0.isoformat()),),
+        7,
+    )
+    assert not read.scanning
+
+
+def test_a_cursor_of_the_previous_format_goes_on_without_loss_or_repeats():
+    bucket = Bucket()
+    for i, key in enumerate(["raw/a", "raw/b", "raw/c"]):
+        bucket.put(key, i)
+    # the old full listing took a and b (since = b's stamp); c came after it
+    t0, t1 = T0.isoformat(), (T0 + timedelta(seconds=1)).isoformat()
+    old = TickCursor.from_json(
+        json.dumps({"since": t1, "edge_keys": ["raw/a", "raw/b"], "start_after": "raw/b",
+                    "recent": [["raw/a", t0], ["raw/b", t1]], "ticks": 4})
+    )  # fmt: skip
+    bucket.put("raw/aa", 3)  # out of order, after the old listing
+    keys, _ = bucket.drain(old, Limits(10, 1 << 30, 5), ticks=12)
+    assert sorted(keys) == ["raw/aa", "raw/c"]
 
 
 def test_an_append_tick_reads_only_new_keys_however_many_came_before():
@@ -85,12 +112,91 @@ def test_an_append_tick_reads_only_new_keys_however_many_came_before():
     assert bucket.client.listed_keys == 5, "an append tick lists the new keys, not the 3000 before them"
 
 
+def backlog(bucket: Bucket, n: int, limits: Limits) -> TickCursor:
+    for i in range(n):
+        bucket.put(f"raw/{i:06d}.jsonl", 0)
+    bucket.second = 10
+    cursor = TickCursor()
+    while True:
+        taken, cursor = bucket.tick(cursor, limits)
+        if not taken and not cursor.scanning:
+            return cursor
+
+
+SMALL_PAGES = Limits(max_objects=1000, max_bytes=1 << 30, full_scan_every=2, scan_pages=3, page_keys=100)
+
+
+def test_a_scan_reads_a_bounded_number_of_pages_per_tick_and_finds_keys_that_land_out_of_order():
+    bucket = Bucket()
+    cursor = backlog(bucket, 3000, SMALL_PAGES)
+    assert cursor.start_after == "raw/002999.jsonl"
+    bucket.second = 20
+    bucket.put("raw/000500x.jsonl")  # sorts among the old keys: only a scan finds it
+    found, ticks = [], 0
+    while not found:
+        bucket.client.listed_keys = 0
+        taken, cursor = bucket.tick(cursor, SMALL_PAGES)
+        ticks += 1
+        assert bucket.client.listed_keys <= 3 * 100, "a tick reads at most scan_pages pages of the scan"
+        found += [o.key for o in taken]
+        assert ticks < 30
+    assert found == ["raw/000500x.jsonl"]
+    assert ticks >= 2, "the scan went on from its position over several ticks"
+    bucket.second = 30
+    keys, cursor = bucket.drain(cursor, SMALL_PAGES, ticks=40)
+    assert keys == [] and not cursor.recent, "nothing again, and nothing left to remember"
+
+
+def test_a_key_that_lands_behind_a_running_scan_is_found_by_the_next_one():
+    bucket = Bucket()
+    limits = Limits(max_objects=1000, max_bytes=1 << 30, full_scan_every=1, scan_pages=1, page_keys=100)
+    cursor = backlog(bucket, 1000, limits)
+    bucket.second = 20
+    taken, cursor = bucket.tick(cursor, limits)  # the scan starts: its first page passes raw/000099
+    assert taken == [] and cursor.scanning and cursor.scan_after == "raw/000099.jsonl"
+    # behind the scan's position, stamped the second before the scan began (an upload that started then
+    # and became visible after the scan's first page): the margin on `since` finds it
+    bucket.put("raw/000050x.jsonl", 19)
+    bucket.put("raw/000700x.jsonl", 21)  # ahead of it
+    keys, cursor = bucket.drain(cursor, limits, ticks=30)
+    assert sorted(keys) == ["raw/000050x.jsonl", "raw/000700x.jsonl"]
+    assert keys.index("raw/000700x.jsonl") < keys.index("raw/000050x.jsonl"), "the running scan took the one ahead"
+
+
+def test_a_scan_stops_where_the_append_listing_begins():
+    bucket = Bucket()
+    limits = Limits(max_objects=10, max_bytes=1 << 30, full_scan_every=1, scan_pages=3, page_keys=100)
+    for i in range(3000):
+        bucket.put(f"raw/{i:06d}.jsonl", 0)
+    bucket.second = 10
+    # a sensor that has taken the first 1000 keys, with 2000 still to go
+    cursor = TickCursor(since=(T0 + timedelta(seconds=5)).isoformat(), start_after="raw/000999.jsonl")
+    ticks = 0
+    taken, cursor = bucket.tick(cursor, limits)
+    while cursor.scanning:
+        assert len(taken) == 10 and taken[0].key > "raw/000999.jsonl", "the scan takes nothing; append goes on"
+        taken, cursor = bucket.tick(cursor, limits)
+        ticks += 1
+    assert ticks <= 3, "1000 keys, 300 a tick: the scan ends at start_after, not at the prefix's end"
+
+
+def test_a_scan_starts_no_page_after_its_time_budget():
+    bucket = Bucket()
+    limits = Limits(max_objects=1000, max_bytes=1 << 30, full_scan_every=1, scan_pages=50, page_keys=100,
+                    scan_seconds=5.0)  # fmt: skip
+    cursor = backlog(bucket, 2000, limits)
+    seconds = iter(range(0, 1000, 2))  # each page takes 2 s of the fake clock
+    _, cursor = bucket.tick(cursor, limits, clock=lambda: next(seconds))
+    assert cursor.scanning and cursor.scan_after == "raw/000299.jsonl", "3 pages: at 0, 2 and 4 s; none at 6 s"
+
+
 def test_every_object_lands_in_exactly_one_batch_under_random_keys_and_ticks():
     for seed in range(25):
         rng = random.Random(seed)
         bucket = Bucket()
         cursor, taken_keys, second = TickCursor(), [], 0
         expected = set()
+        page_keys, scan_pages = rng.choice([2, 5, 1000]), rng.choice([1, 2, 10])
         for step in range(60):
             for _ in range(rng.randint(0, 6)):  # arrivals: mostly appended, some land before old keys
                 key = f"raw/{rng.choice(['a', 'm', 'z'])}/{step:03d}-{rng.randint(0, 10**6):07d}"
@@ -100,11 +206,12 @@ def test_every_object_lands_in_exactly_one_batch_under_random_keys_and_ticks():
             if rng.random() < 0.5:
                 second += 1  # several arrivals in one second, as S3 stamps them
             if rng.random() < 0.7:  # the daemon may skip ticks (stopped, slow)
-                taken, cursor = bucket.tick(cursor, Limits(rng.randint(1, 8), 1 << 30, rng.choice([1, 3, 5])))
+                limits = Limits(rng.randint(1, 8), 1 << 30, rng.choice([0, 1, 3, 5]), scan_pages, page_keys=page_keys)
+                taken, cursor = bucket.tick(cursor, limits)
                 taken_keys += [o.key for o in taken]
                 cursor = TickCursor.from_json(cursor.to_json())  # the cursor survives a daemon restart
-        for _ in range(200):  # drain
-            taken, cursor = bucket.tick(cursor, Limits(8, 1 << 30, 3))
+        for _ in range(200):  # drain: scans of 250 keys per tick
+            taken, cursor = bucket.tick(cursor, Limits(8, 1 << 30, 3, scan_pages=50, page_keys=5))
             taken_keys += [o.key for o in taken]
         assert len(taken_keys) == len(set(taken_keys)), f"seed {seed}: an object landed in two batches"
         assert set(taken_keys) == expected, f"seed {seed}: lost {sorted(expected - set(taken_keys))[:5]}"

@@ -33,8 +33,13 @@ class PipelineLayout(dg.ConfigurableResource):
     """A batch closes at max_objects_per_batch objects or max_batch_mb of raw bytes, whichever comes first."""
     full_scan_every: int = 40
     """The sensor lists keys after the last one taken (cost O(new objects) for append-style key layouts) and
-    the whole raw prefix every N ticks (N=40: every 10 minutes), which finds keys that land out of order.
-    1: every tick lists the whole prefix (any key layout; cost grows with the prefix). 0: only the first."""
+    scans the keys before it N ticks after its last scan finished (N=40: every 10 minutes), which finds keys
+    that land out of order. 1: a new scan starts as soon as one finishes (any key layout). 0: only the first
+    tick scans (strictly append-only keys)."""
+    full_scan_pages_per_tick: int = 10
+    full_scan_seconds_per_tick: float = 20.0
+    """A scan reads at most this many 1000-key pages per tick, and starts no page after this many seconds
+    (Dagster gives a sensor tick 60 s), then goes on from its position on the next tick."""
 
     def topic_config(self) -> dict[str, int]:
         """Topic configs the token topic is created with, and checked against when it exists."""

@@ -2,7 +2,6 @@
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
-from dagster_aws.s3.sensor import get_objects
 
 from pipeline_project.assets.partitions import INGEST_RUN_TAGS, batches
 from pipeline_project.ingest import BatchManifest, make_batch_id, write_manifest_once
@@ -16,10 +15,10 @@ from pipeline_project.resources.layout import PipelineLayout
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     job=ingest_batch,
-    description="Lists the raw prefix after the cursor (keys after the last one taken; the whole prefix every "
-    "`full_scan_every` ticks); new objects become one `batches` partition (at most max_objects_per_batch "
-    "objects and max_batch_mb) with an immutable manifest, and one `ingest_batch` run of raw_text -> "
-    "cleaned_shards -> token_blocks.",
+    description="Lists the raw prefix after the cursor (keys after the last one taken), and every "
+    "`full_scan_every` ticks scans the keys before it, a bounded number of pages per tick; new objects become "
+    "one `batches` partition (at most max_objects_per_batch objects and max_batch_mb) with an immutable "
+    "manifest, and one `ingest_batch` run of raw_text -> cleaned_shards -> token_blocks.",
 )
 def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: PipelineLayout) -> dg.SensorResult:
     cursor = TickCursor.from_json(context.cursor)
@@ -28,12 +27,10 @@ def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: P
         max_objects=layout.max_objects_per_batch,
         max_bytes=layout.max_batch_mb << 20,
         full_scan_every=layout.full_scan_every,
+        scan_pages=layout.full_scan_pages_per_tick,
+        scan_seconds=layout.full_scan_seconds_per_tick,
     )
-
-    def list_all(since):
-        return get_objects(layout.bucket, prefix=layout.raw_prefix, since_last_modified=since, client=client)
-
-    taken, new_cursor = plan_tick(client, layout.bucket, layout.raw_prefix, cursor, limits, list_all)
+    taken, new_cursor = plan_tick(client, layout.bucket, layout.raw_prefix, cursor, limits)
     if not taken:
         return dg.SensorResult(
             skip_reason=f"no new objects under s3://{layout.bucket}/{layout.raw_prefix} ({new_cursor.kind} listing)",

@@ -13,6 +13,7 @@ import hashlib
 import io
 from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
 from typing import Any
 
 import dagster as dg
@@ -66,9 +67,13 @@ class MemoryS3Client:
 
     exceptions = _Exceptions
 
-    def __init__(self, objects: dict[tuple[str, str], tuple[bytes, datetime]]):
+    def __init__(self, objects: dict[tuple[str, str], tuple[bytes, datetime]], clock=None):
         self.objects = objects
         self.listed_keys = 0
+        self.clock = clock or self._now  # the server's time, sent as a listing's Date header
+
+    def _now(self) -> datetime:
+        return max([datetime.now(timezone.utc)] + [t for _, t in self.objects.values()])
 
     def put_object(self, Bucket: str, Key: str, Body: bytes, **_: Any) -> dict:
         # strictly increasing times, so the sensor's since_last_modified cursor sees every object
@@ -113,7 +118,8 @@ class MemoryS3Client:
              "LastModified": self.objects[(Bucket, k)][1]}
             for k in page
         ]  # fmt: skip
-        out = {"Contents": contents, "KeyCount": len(contents), "IsTruncated": len(keys) > MaxKeys}
+        out = {"Contents": contents, "KeyCount": len(contents), "IsTruncated": len(keys) > MaxKeys,
+               "ResponseMetadata": {"HTTPHeaders": {"date": format_datetime(self.clock(), usegmt=True)}}}  # fmt: skip
         if out["IsTruncated"]:
             out["NextContinuationToken"] = page[-1]
         return out

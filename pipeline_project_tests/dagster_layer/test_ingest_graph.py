@@ -55,7 +55,7 @@ def test_sensor_batches_new_objects_then_skips_then_batches_more(instance, resou
     assert second != batch
     assert len(read_manifest(s3, layout.bucket, second).objects) == 3
 
-    # an object whose key sorts before those taken waits for the next full listing, then lands once
+    # an object whose key sorts before those taken waits for the next scan, then lands once
     _upload(s3, layout, files[9:10])
     resources = {**resources, "layout": PipelineLayout(**{**layout.model_dump(), "full_scan_every": 1})}
     full = _tick(instance, resources, more.cursor)

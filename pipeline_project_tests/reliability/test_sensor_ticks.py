@@ -6,7 +6,7 @@ it is down (some in the same second as the cursor's edge), restart it with the s
 middle of a tick: after the manifest is written but before the cursor and partition are stored. Whatever the
 timing, every object lands in exactly one registered batch, and each batch gets exactly one run. Keys grow with
 time (an append-only layout, which the sensor's cheap append listing follows), except in `out-of-order-keys`,
-whose keys the sensor's periodic full listing (`full_scan_every` ticks) must find.
+whose keys the sensor's periodic scan (`full_scan_every` ticks) must find.
 The real daemon on the throw-away stack is killed in test_dagster_faults.py.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import dagster as dg
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from pipeline_project.assets.partitions import batches
 from pipeline_project.definitions import defs
 from pipeline_project.ingest import read_manifest
+from pipeline_project.listing import TickCursor
 from pipeline_project.resources import build_resources
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.sensors.raw_s3 import raw_s3_sensor
@@ -95,10 +97,44 @@ def test_every_object_lands_in_exactly_one_batch_across_daemon_stops(world, sche
             daemon.tick(crash_before_storing=True)
         else:
             time.sleep(step[1])
-    for _ in range(FULL_SCAN_EVERY + 1):  # the daemon catches up: one full listing at least
+    for _ in range(FULL_SCAN_EVERY + 1):  # the daemon catches up: one whole scan at least
         daemon.tick()
     registered = daemon.instance.get_dynamic_partitions(batches.name)
     listed = Counter(k for b in registered for k in (o.key for o in read_manifest(s3, layout.bucket, b).objects))
     assert sorted(listed) == sorted(keys), "objects lost or foreign objects batched"
     assert all(n == 1 for n in listed.values()), [k for k, n in listed.items() if n > 1]
     assert set(daemon.run_keys) == set(registered) and all(n == 1 for n in daemon.run_keys.values())
+
+
+def test_a_scan_over_several_ticks_finds_keys_that_land_behind_and_ahead_of_it(healthy_stack):
+    """On the real S3 server, whose Date header and LastModified the scan's `since` relies on."""
+    uid = uuid.uuid4().hex[:8]
+    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", full_scan_every=1, full_scan_pages_per_tick=1)
+    res = build_resources(healthy_stack.settings())
+    s3 = res["s3"].get_client()
+
+    def put(name: str) -> str:
+        key = f"{layout.raw_prefix}{name}.txt"
+        s3.put_object(Bucket=layout.bucket, Key=key, Body=b"x")
+        return key
+
+    with ThreadPoolExecutor(16) as pool:
+        keys = list(pool.map(put, (f"{i:06d}" for i in range(1500))))  # 2 pages of 1000 keys
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(instance, {"s3": res["s3"], "layout": layout})
+        while True:  # the backlog, 500 objects a batch
+            before = len(daemon.run_keys)
+            daemon.tick()
+            if len(daemon.run_keys) == before and not TickCursor.from_json(daemon.cursor).scanning:
+                break
+        time.sleep(3)  # past the cursor's margin
+        daemon.tick()  # a scan starts and reads its first page: keys up to 000999
+        assert TickCursor.from_json(daemon.cursor).scan_after == keys[999]
+        keys += [put("000100x"), put("001200x")]  # one behind the running scan, one ahead of it
+        time.sleep(8)  # the scan's later pages come well after the key behind it landed
+        for _ in range(6):
+            daemon.tick()
+        registered = daemon.instance.get_dynamic_partitions(batches.name)
+        listed = Counter(k for b in registered for k in (o.key for o in read_manifest(s3, layout.bucket, b).objects))
+    assert sorted(listed) == sorted(keys), sorted(set(keys) - set(listed))
+    assert all(n == 1 for n in listed.values()), [k for k, n in listed.items() if n > 1]
