@@ -20,8 +20,10 @@ Both exclude what either took: `recent` holds the keys taken that a scan could s
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import zlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
@@ -34,6 +36,15 @@ CURSOR_MARGIN_S = 2.0
 # Without a Date header (every S3 server we know sends one) the scan's start is taken from this
 # machine's clock, this much earlier, to cover the skew between the two clocks.
 CLOCK_SKEW_S = 300.0
+
+
+RECENT_INLINE = 100  # more recent keys than this are stored zlib-compressed in the cursor
+
+
+def _unpack_recent(d: dict) -> list:
+    if "recent_z" in d:
+        return json.loads(zlib.decompress(base64.b64decode(d["recent_z"])))
+    return d.get("recent", [])
 
 
 @dataclass(frozen=True)
@@ -51,11 +62,16 @@ class TickCursor:
         return self.scan_started is not None
 
     def to_json(self) -> str:
+        recent = [list(r) for r in self.recent]
+        if len(recent) > RECENT_INLINE:  # Dagster stores the cursor with every tick; sorted keys compress well
+            packed = {"recent_z": base64.b64encode(zlib.compress(json.dumps(sorted(recent)).encode())).decode()}
+        else:
+            packed = {"recent": recent}
         return json.dumps(
             {
                 "since": self.since,
                 "start_after": self.start_after,
-                "recent": [list(r) for r in self.recent],
+                **packed,
                 "ticks": self.ticks,
                 "scan_after": self.scan_after,
                 "scan_started": self.scan_started,
@@ -71,7 +87,7 @@ class TickCursor:
         return cls(
             since=d.get("since"),
             start_after=d.get("start_after"),
-            recent=tuple((k, lm) for k, lm in d.get("recent", ())),
+            recent=tuple((k, lm) for k, lm in _unpack_recent(d)),
             ticks=int(d.get("ticks", 0)),
             scan_after=d.get("scan_after"),
             scan_started=d.get("scan_started"),

@@ -68,6 +68,10 @@ def test_cursor_round_trips_through_json_and_reads_the_previous_format():
                    scan_after="raw/0", scan_started=T0.isoformat())  # fmt: skip
     assert TickCursor.from_json(c.to_json()) == c
     assert TickCursor.from_json(None) == TickCursor()
+    many = tuple((f"raw/2026/01/01/{i:06d}.jsonl", T0.isoformat()) for i in range(5000))
+    big = TickCursor(since=T0.isoformat(), start_after=many[-1][0], recent=many)
+    assert TickCursor.from_json(big.to_json()) == big
+    assert len(big.to_json()) < len(json.dumps(many)) / 5, "a long `recent` is stored compressed"
     t0 = T0.isoformat()
     old = {"since": t0, "edge_keys": ["raw/b"], "start_after": "raw/b", "recent": [["raw/b", t0]], "ticks": 7}
     read = TickCursor.from_json(json.dumps(old))
