@@ -85,6 +85,8 @@ def main() -> None:
     prefix = f"bench-sensor-{time.strftime('%Y%m%dT%H%M%S')}/raw/"
     counter = RequestCounter(client)
     layout = PipelineLayout()
+    # lookback 2 s (the default of Limits, not the sensor's 15 min): the bench's cursor claims the filled prefix is
+    # taken without listing it into `recent`; the pages a scan reads are the same either way
     append_limits = Limits(max_objects=1000, max_bytes=256 << 20, full_scan_every=0)
     scan_limits = replace(append_limits, full_scan_every=1, scan_pages=layout.full_scan_pages_per_tick,
                           scan_seconds=layout.full_scan_seconds_per_tick)  # fmt: skip

@@ -12,10 +12,12 @@ Two listings, both in key order, both bounded per tick:
   `scan_pages` pages or `scan_seconds` per tick and keeps its position in the cursor, so a prefix of any
   size is scanned over several ticks and no tick outgrows the sensor's timeout. When it reaches
   `start_after`, `since` becomes the server's time (the `Date` header) of the scan's first page: an object
-  the scan passed before it landed was modified after that, so the next scan finds it.
+  the scan passed before it landed was modified after that, so the next scan finds it. An object can be
+  stamped before it is listable (a multipart upload carries the time it was initiated), so the scan looks
+  `lookback_s` further back (the sensor's default: 15 min).
 
 Both exclude what either took: `recent` holds the keys taken that a scan could still return (modified since
-`since`, minus a margin for S3's whole-second stamps), so no object lands in two batches.
+`since` minus `lookback_s`), so no object lands in two batches.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from email.utils import parsedate_to_datetime
 from pipeline_project.ingest import RawObject
 
 # S3 stamps LastModified in whole seconds, and an object can land in the same second as the edge a scan
-# has passed: every comparison with `since` starts this much before it.
+# has passed: every comparison with `since` starts at least this much before it.
 CURSOR_MARGIN_S = 2.0
 # Without a Date header (every S3 server we know sends one) the scan's start is taken from this
 # machine's clock, this much earlier, to cover the skew between the two clocks.
@@ -93,8 +95,8 @@ class TickCursor:
             scan_started=d.get("scan_started"),
         )
 
-    def list_since(self) -> datetime | None:
-        return None if self.since is None else datetime.fromisoformat(self.since) - timedelta(seconds=CURSOR_MARGIN_S)
+    def list_since(self, lookback_s: float = CURSOR_MARGIN_S) -> datetime | None:
+        return None if self.since is None else datetime.fromisoformat(self.since) - timedelta(seconds=lookback_s)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ class Limits:
     scan_pages: int = 10  # at most this many pages of the scan per tick
     scan_seconds: float = 20.0  # and no new page after this long (a tick reads at least one)
     page_keys: int = 1000
+    lookback_s: float = CURSOR_MARGIN_S  # a scan takes objects stamped this long before the previous scan began
 
 
 def _fits(taken: list[RawObject], obj: RawObject, limits: Limits) -> bool:
@@ -124,10 +127,10 @@ def server_time(page: dict) -> datetime:
     return datetime.now(timezone.utc) - timedelta(seconds=CLOCK_SKEW_S)
 
 
-def _prune(cursor: TickCursor) -> TickCursor:
+def _prune(cursor: TickCursor, limits: Limits) -> TickCursor:
     """Forget the taken keys no scan can return again: every one is at or before `start_after` (the append
     listing passed it when it was taken, or it was taken by a scan), so what decides is the scans' `since`."""
-    low = cursor.list_since()
+    low = cursor.list_since(limits.lookback_s)
     if low is None:
         return cursor
     return replace(cursor, recent=tuple((k, lm) for k, lm in cursor.recent if datetime.fromisoformat(lm) >= low))
@@ -143,7 +146,7 @@ def _page(client, bucket: str, prefix: str, after: str | None, limits: Limits) -
 def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, clock=time.monotonic):
     """Go on with the scan (or start it): objects at or before `start_after` modified since `since`, in key order."""
     t0 = clock()
-    low = cursor.list_since()
+    low = cursor.list_since(limits.lookback_s)
     skip = {k for k, _ in cursor.recent}
     started = cursor.scan_started
     after = cursor.scan_after
@@ -179,7 +182,7 @@ def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limi
         out = replace(cursor, since=started, recent=recent, ticks=0, scan_after=None, scan_started=None)
     else:
         out = replace(cursor, recent=recent, scan_after=after, scan_started=started)
-    return taken, _prune(out)
+    return taken, _prune(out, limits)
 
 
 def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, taken=()):
@@ -204,7 +207,7 @@ def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Li
         if full or not page.get("IsTruncated"):
             break
     recent_out = cursor.recent + tuple((o.key, o.last_modified) for o in taken[before:])
-    return taken, _prune(replace(cursor, start_after=start_after, recent=recent_out))
+    return taken, _prune(replace(cursor, start_after=start_after, recent=recent_out), limits)
 
 
 def plan_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, clock=time.monotonic):

@@ -167,6 +167,23 @@ def test_a_key_that_lands_behind_a_running_scan_is_found_by_the_next_one():
     assert keys.index("raw/000700x.jsonl") < keys.index("raw/000050x.jsonl"), "the running scan took the one ahead"
 
 
+def test_a_slow_upload_stamped_before_the_scan_began_is_found_within_the_lookback():
+    def run(lookback_s: float) -> list[str]:
+        bucket = Bucket()
+        limits = Limits(1000, 1 << 30, full_scan_every=1, scan_pages=1, page_keys=100, lookback_s=lookback_s)
+        cursor = backlog(bucket, 1000, limits)
+        bucket.second = 400
+        _, cursor = bucket.tick(cursor, limits)  # a scan starts at 400 s and passes raw/000099
+        # a multipart upload initiated at 100 s completes now, behind the scan: stamped 300 s before it began
+        bucket.put("raw/000050x.jsonl", 100)
+        bucket.second = 401
+        keys, _ = bucket.drain(cursor, limits, ticks=30)
+        return keys
+
+    assert run(900.0) == ["raw/000050x.jsonl"]
+    assert run(2.0) == [], "outside the lookback: the gap the README names"
+
+
 def test_a_scan_stops_where_the_append_listing_begins():
     bucket = Bucket()
     limits = Limits(max_objects=10, max_bytes=1 << 30, full_scan_every=1, scan_pages=3, page_keys=100)
@@ -201,21 +218,24 @@ def test_every_object_lands_in_exactly_one_batch_under_random_keys_and_ticks():
         cursor, taken_keys, second = TickCursor(), [], 0
         expected = set()
         page_keys, scan_pages = rng.choice([2, 5, 1000]), rng.choice([1, 2, 10])
+        lookback, early = rng.choice([(2.0, 0), (60.0, 20)])  # objects stamped up to `early` s before they list
         for step in range(60):
             for _ in range(rng.randint(0, 6)):  # arrivals: mostly appended, some land before old keys
                 key = f"raw/{rng.choice(['a', 'm', 'z'])}/{step:03d}-{rng.randint(0, 10**6):07d}"
                 if key not in expected:
-                    bucket.put(key, second)
+                    bucket.put(key, max(0, second - rng.randint(0, early)))
+                    bucket.second = second
                     expected.add(key)
             if rng.random() < 0.5:
                 second += 1  # several arrivals in one second, as S3 stamps them
             if rng.random() < 0.7:  # the daemon may skip ticks (stopped, slow)
-                limits = Limits(rng.randint(1, 8), 1 << 30, rng.choice([0, 1, 3, 5]), scan_pages, page_keys=page_keys)
+                limits = Limits(rng.randint(1, 8), 1 << 30, rng.choice([0, 1, 3, 5]), scan_pages, page_keys=page_keys,
+                                lookback_s=lookback)  # fmt: skip
                 taken, cursor = bucket.tick(cursor, limits)
                 taken_keys += [o.key for o in taken]
                 cursor = TickCursor.from_json(cursor.to_json())  # the cursor survives a daemon restart
         for _ in range(200):  # drain: scans of 250 keys per tick
-            taken, cursor = bucket.tick(cursor, Limits(8, 1 << 30, 3, scan_pages=50, page_keys=5))
+            taken, cursor = bucket.tick(cursor, Limits(8, 1 << 30, 3, scan_pages=50, page_keys=5, lookback_s=lookback))
             taken_keys += [o.key for o in taken]
         assert len(taken_keys) == len(set(taken_keys)), f"seed {seed}: an object landed in two batches"
         assert set(taken_keys) == expected, f"seed {seed}: lost {sorted(expected - set(taken_keys))[:5]}"

@@ -40,6 +40,10 @@ class PipelineLayout(dg.ConfigurableResource):
     full_scan_seconds_per_tick: float = 20.0
     """A scan reads at most this many 1000-key pages per tick, and starts no page after this many seconds
     (Dagster gives a sensor tick 60 s), then goes on from its position on the next tick."""
+    full_scan_lookback_s: float = 900.0
+    """A scan takes objects stamped up to this long before the previous scan began. An object can be stamped
+    before it is listable (a multipart upload carries the time it was initiated), so this bounds how long an
+    upload of a key that sorts before the cursor may take. The cursor holds the keys taken over this window."""
 
     def topic_config(self) -> dict[str, int]:
         """Topic configs the token topic is created with, and checked against when it exists."""

@@ -29,6 +29,7 @@ def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: P
         full_scan_every=layout.full_scan_every,
         scan_pages=layout.full_scan_pages_per_tick,
         scan_seconds=layout.full_scan_seconds_per_tick,
+        lookback_s=layout.full_scan_lookback_s,
     )
     taken, new_cursor = plan_tick(client, layout.bucket, layout.raw_prefix, cursor, limits)
     if not taken:
