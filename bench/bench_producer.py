@@ -220,6 +220,7 @@ def main() -> None:
     settings = Settings()
     ks = KafkaSettings.from_settings(settings)
     ks.check_reachable(10)
+    load_start = os.getloadavg()[0]
     tok = load_tokenizer()
     texts = corpus_texts(int(args.text_mb * 1e6))
     per_message = max_blocks_per_message(SEQ_LEN)
@@ -252,7 +253,7 @@ def main() -> None:
     stage = {k: med(c["stage_seconds"][k] for c in runs["chain"]) for k in runs["chain"][0]["stage_seconds"]}
     result = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "host": {"cpus": os.cpu_count(), "loadavg_1m_at_end": os.getloadavg()[0]},
+        "host": {"cpus": os.cpu_count(), "loadavg_1m_at_start": load_start, "loadavg_1m_at_end": os.getloadavg()[0]},
         "params": {
             "runs": args.runs,
             "seq_len": SEQ_LEN,
@@ -287,7 +288,8 @@ def main() -> None:
     tk, pr = result["tokenize"], result["produce"]
     print(
         f"\nProducer benchmarks, median of {args.runs} runs ({result['params']['produce_mb']:.0f} MB produced per "
-        f"variant, {args.text_mb:g} MB of corpus text, seq_len {SEQ_LEN}, record {record_size} B)\n"
+        f"variant, {args.text_mb:g} MB of corpus text, seq_len {SEQ_LEN}, record {record_size} B; load average "
+        f"{load_start:.2f} -> {result['host']['loadavg_1m_at_end']:.2f} (1 min), {os.cpu_count()} CPUs)\n"
     )
     print("| comparison | ours | reference | ratio | goal |")
     print("|---|---|---|---|---|")

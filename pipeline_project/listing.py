@@ -57,6 +57,7 @@ class TickCursor:
     ticks: int = 0  # ticks since the last scan finished
     scan_after: str | None = None  # the running scan has examined every key <= this
     scan_started: str | None = None  # server time of the running scan's first page; None: no scan is running
+    complete_from: str | None = None  # `recent` holds every taken key stamped at or after this (None: all)
     kind: str = field(default="", compare=False)  # what the last tick read: "scan+append" or "append"
 
     @property
@@ -77,15 +78,20 @@ class TickCursor:
                 "ticks": self.ticks,
                 "scan_after": self.scan_after,
                 "scan_started": self.scan_started,
+                "complete_from": self.complete_from,
             }
         )
 
     @classmethod
     def from_json(cls, raw: str | None) -> TickCursor:
-        """Reads this cursor and the one before it (which had `edge_keys`, all of them also in `recent`)."""
+        """Reads this cursor and the one before it, which had `edge_keys` (all of them also in `recent`) and kept
+        in `recent` only the keys stamped within the 2 s margin of `since`."""
         if not raw:
             return cls()
         d = json.loads(raw)
+        complete_from = d.get("complete_from")
+        if "complete_from" not in d and d.get("since"):
+            complete_from = (datetime.fromisoformat(d["since"]) - timedelta(seconds=CURSOR_MARGIN_S)).isoformat()
         return cls(
             since=d.get("since"),
             start_after=d.get("start_after"),
@@ -93,10 +99,16 @@ class TickCursor:
             ticks=int(d.get("ticks", 0)),
             scan_after=d.get("scan_after"),
             scan_started=d.get("scan_started"),
+            complete_from=complete_from,
         )
 
     def list_since(self, lookback_s: float = CURSOR_MARGIN_S) -> datetime | None:
-        return None if self.since is None else datetime.fromisoformat(self.since) - timedelta(seconds=lookback_s)
+        """The oldest stamp a scan takes: `lookback_s` before `since`, but never before the stamps `recent` is
+        complete for (a cursor pruned with a shorter lookback would otherwise let a scan take keys again)."""
+        if self.since is None:
+            return None
+        low = datetime.fromisoformat(self.since) - timedelta(seconds=lookback_s)
+        return low if self.complete_from is None else max(low, datetime.fromisoformat(self.complete_from))
 
 
 @dataclass(frozen=True)
@@ -133,7 +145,8 @@ def _prune(cursor: TickCursor, limits: Limits) -> TickCursor:
     low = cursor.list_since(limits.lookback_s)
     if low is None:
         return cursor
-    return replace(cursor, recent=tuple((k, lm) for k, lm in cursor.recent if datetime.fromisoformat(lm) >= low))
+    keep = tuple((k, lm) for k, lm in cursor.recent if datetime.fromisoformat(lm) >= low)
+    return replace(cursor, recent=keep, complete_from=low.isoformat())
 
 
 def _page(client, bucket: str, prefix: str, after: str | None, limits: Limits) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from pipeline_project.listing import Limits, TickCursor, plan_tick
@@ -65,7 +66,7 @@ def test_a_batch_closes_at_max_objects_or_max_bytes():
 
 def test_cursor_round_trips_through_json_and_reads_the_previous_format():
     c = TickCursor(since=T0.isoformat(), start_after="raw/a", recent=(("raw/b", "x"),), ticks=3,
-                   scan_after="raw/0", scan_started=T0.isoformat())  # fmt: skip
+                   scan_after="raw/0", scan_started=T0.isoformat(), complete_from=T0.isoformat())  # fmt: skip
     assert TickCursor.from_json(c.to_json()) == c
     assert TickCursor.from_json(None) == TickCursor()
     many = tuple((f"raw/2026/01/01/{i:06d}.jsonl", T0.isoformat()) for i in range(5000))
@@ -114,6 +115,23 @@ def test_an_append_tick_reads_only_new_keys_however_many_came_before():
     taken, cursor = bucket.tick(cursor, Limits(10, 1 << 30, 0))
     assert len(taken) == 5 and cursor.kind == "append"
     assert bucket.client.listed_keys == 5, "an append tick lists the new keys, not the 3000 before them"
+
+
+def test_a_longer_lookback_does_not_take_again_what_a_shorter_one_forgot():
+    bucket = Bucket()
+    bucket.put("raw/a", 10)
+    bucket.put("raw/b", 100)
+    # the previous format's cursor: `a` was taken and forgotten (stamped long before `since` minus 2 s)
+    old = {"since": (T0 + timedelta(seconds=100)).isoformat(), "edge_keys": ["raw/b"], "start_after": "raw/b",
+           "recent": [["raw/b", (T0 + timedelta(seconds=100)).isoformat()]], "ticks": 0}  # fmt: skip
+    limits = Limits(10, 1 << 30, full_scan_every=1, lookback_s=900.0)
+    bucket.put("raw/aa", 101)  # out of order, after the old listing
+    bucket.second = 200
+    keys, cursor = bucket.drain(TickCursor.from_json(json.dumps(old)), limits, ticks=5)
+    assert keys == ["raw/aa"]
+    # and a lookback raised in the config on this format's cursor
+    keys, _ = bucket.drain(cursor, replace(limits, lookback_s=10_000.0), ticks=5)
+    assert keys == []
 
 
 def backlog(bucket: Bucket, n: int, limits: Limits) -> TickCursor:
