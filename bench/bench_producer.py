@@ -27,8 +27,11 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import psutil
+from stack_bench import cpu_by_process
 
 from pipeline_project.settings import Settings
+from pipeline_project.stack import Stack
 from pipeline_project.stack.kafka import tool_command
 from pipeline_project.streaming.format import max_blocks_per_message
 from pipeline_project.streaming.kafka_client import KafkaSettings
@@ -66,6 +69,27 @@ def corpus_texts(limit_bytes: int) -> list[str]:
     return out
 
 
+class CpuMeter:
+    """CPU seconds over a block: this process (all its threads), the Kafka brokers, and the machine's idle cores."""
+
+    def __init__(self) -> None:
+        self.stack = Stack()
+
+    def __enter__(self) -> CpuMeter:
+        self._own, self._machine = time.process_time(), psutil.cpu_times()
+        self._brokers = sum(cpu_by_process(self.stack, ["kafka"]).values())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        after = psutil.cpu_times()
+        self.own_s = time.process_time() - self._own
+        self.brokers_s = sum(cpu_by_process(self.stack, ["kafka"]).values()) - self._brokers
+        self.idle_s = (after.idle + after.iowait) - (self._machine.idle + self._machine.iowait)
+
+    def as_dict(self) -> dict:
+        return {"own_cpu_s": self.own_s, "brokers_cpu_s": self.brokers_s, "machine_idle_core_s": self.idle_s}
+
+
 def batches(texts: list[str], n: int) -> list[list[str]]:
     return [texts[i : i + n] for i in range(0, len(texts), n)]
 
@@ -76,8 +100,9 @@ def bench_tokenize(tok, texts: list[str]) -> dict:
     text_batches = batches(texts, BATCH_DOCS)
     t0 = time.perf_counter()
     lib_tokens = 0
-    for b in text_batches:
-        lib_tokens += sum(len(e.ids) for e in backend.encode_batch_fast(b, add_special_tokens=False))
+    with CpuMeter() as lib_cpu:
+        for b in text_batches:
+            lib_tokens += sum(len(e.ids) for e in backend.encode_batch_fast(b, add_special_tokens=False))
     lib_s = time.perf_counter() - t0
 
     packer = BlockPacker(SEQ_LEN, tok.eos_id)
@@ -95,6 +120,7 @@ def bench_tokenize(tok, texts: list[str]) -> dict:
         "library_tok_per_s": lib_tokens / lib_s,
         "ours_tok_per_s": our_tokens / ours_s,
         "ratio": lib_s / ours_s,
+        "library_cpu": lib_cpu.as_dict(),
     }
 
 
@@ -114,18 +140,20 @@ def drop_topics(ks: KafkaSettings, *names: str) -> None:
 
 def bench_tokenize_and_produce(ks: KafkaSettings, tok, texts: list[str]) -> dict:
     topic = new_topic(ks, "tokprod")
+    meter = CpuMeter()
     try:
-        r = tokenize_and_produce(
-            ks,
-            topic,
-            iter(texts),
-            tokenizer=tok,
-            seq_len=SEQ_LEN,
-            source="bench",
-            ledger_key="bench",
-            content_hash=uuid.uuid4().hex,
-            config=ProducerConfig(text_batch_docs=BATCH_DOCS),
-        )
+        with meter:
+            r = tokenize_and_produce(
+                ks,
+                topic,
+                iter(texts),
+                tokenizer=tok,
+                seq_len=SEQ_LEN,
+                source="bench",
+                ledger_key="bench",
+                content_hash=uuid.uuid4().hex,
+                config=ProducerConfig(text_batch_docs=BATCH_DOCS),
+            )
     finally:
         drop_topics(ks, topic)
     return {
@@ -135,6 +163,7 @@ def bench_tokenize_and_produce(ks: KafkaSettings, tok, texts: list[str]) -> dict
         "stage_seconds": r.stage_seconds,
         "seconds": r.seconds,
         "mb_per_s": r.mb_per_s,
+        "cpu": meter.as_dict(),
     }
 
 
@@ -229,7 +258,7 @@ def main() -> None:
     n_blocks = n_messages * per_message
     tokens_payload = token_blocks(tok, texts, n_blocks)
 
-    keys = ("lib", "pack", "pack_ratio", "chain", "perf", "ours_letters", "ours_tokens")
+    keys = ("lib", "lib_cpu", "pack", "pack_ratio", "chain", "perf", "ours_letters", "ours_tokens")
     runs: dict[str, list] = {k: [] for k in keys}
     for i in range(args.runs):
         # the machine is shared: pair the library and our pass back to back and take the ratio per pair
@@ -238,7 +267,10 @@ def main() -> None:
             runs["lib"].append(t["library_tok_per_s"])
             runs["pack"].append(t["ours_tok_per_s"])
             runs["pack_ratio"].append(t["ratio"])
+            runs["lib_cpu"].append(t["library_cpu"])
         chain = bench_tokenize_and_produce(ks, tok, texts)
+        # the same tokens, so CPU seconds compare directly: what the chain costs this process, brokers left out
+        chain["own_cpu_ratio_vs_previous_library_pass"] = runs["lib_cpu"][-1]["own_cpu_s"] / chain["cpu"]["own_cpu_s"]
         chain["ratio_vs_previous_library_pass"] = chain["tok_per_s"] / runs["lib"][-1]
         chain["ratio_after_setup_vs_previous_library_pass"] = chain["tok_per_s_after_setup"] / runs["lib"][-1]
         runs["chain"].append(chain)
@@ -272,6 +304,9 @@ def main() -> None:
             "ours_tokenize_and_produce_after_setup_tok_per_s": chain_tps_steady,
             "ratio_chain_after_setup": med(c["ratio_after_setup_vs_previous_library_pass"] for c in runs["chain"]),
             "chain_stage_seconds_median": stage,
+            "ratio_chain_own_cpu": med(c["own_cpu_ratio_vs_previous_library_pass"] for c in runs["chain"]),
+            "library_cpu_median": {k: med(c[k] for c in runs["lib_cpu"]) for k in runs["lib_cpu"][0]},
+            "chain_cpu_median": {k: med(c["cpu"][k] for c in runs["chain"]) for k in runs["chain"][0]["cpu"]},
         },
         "produce": {
             "perf_tool_mb_per_s": med(runs["perf"]),
@@ -313,6 +348,17 @@ def main() -> None:
         f"| same, excluding the fixed per-call setup (ledger read, init_transactions) | "
         f"{tk['ours_tokenize_and_produce_after_setup_tok_per_s']:,.0f} | {tk['library_encode_batch_tok_per_s']:,.0f} | "
         f"{tk['ratio_chain_after_setup']:.2f}x | >= 0.9x |"
+    )
+    print(
+        f"| same, CPU seconds of this process only (the brokers' left out): library / chain | "
+        f"{tk['chain_cpu_median']['own_cpu_s']:.2f} s | {tk['library_cpu_median']['own_cpu_s']:.2f} s | "
+        f"{tk['ratio_chain_own_cpu']:.2f}x | |"
+    )
+    lc, cc = tk["library_cpu_median"], tk["chain_cpu_median"]
+    print(
+        f"\nCPU (median): library pass: own {lc['own_cpu_s']:.2f} s, brokers {lc['brokers_cpu_s']:.2f} s, idle cores "
+        f"{lc['machine_idle_core_s']:.2f} s; chain: own {cc['own_cpu_s']:.2f} s, brokers {cc['brokers_cpu_s']:.2f} s, "
+        f"idle cores {cc['machine_idle_core_s']:.2f} s"
     )
     print("\nstage seconds of tokenize_and_produce (median): " + ", ".join(f"{k} {v:.2f}" for k, v in stage.items()))
     print(f"results: {RESULTS / 'producer.json'}")

@@ -237,6 +237,43 @@ def test_counts_and_tables_per_profile_and_domain_in_the_shards(corpus):
     assert {r["meta"]["domain"] for r in records} <= set(per) and len(records) == len(result.kept)
 
 
+def test_the_same_text_under_two_profiles_is_kept_once(corpus):
+    """Copies routed to different profiles: a page in a web dump and in a code repository's docs (exact copies),
+    and part of a book in a web folder (where C4's line filter edits it) and in a books folder (a near copy).
+    Each is kept once, by the profile whose chain runs first, whether the copies share a chunk or not."""
+    page = prose(14, seed=5)
+    book_part = (corpus / "en_gutenberg/pg972.txt").read_text(encoding="utf-8")[30_000:90_000]
+    docs = [
+        Document("web-page", page, "raw/web.jsonl"),
+        Document("code-page", page, "raw/code/repo.jsonl", {"fields": {"path": "docs/notes.md"}}),
+        Document("web-book", book_part, "raw/web/part.txt"),
+        Document("books-book", book_part, "raw/books/part.txt"),
+        Document("other", prose(14, seed=99), "raw/web.jsonl"),
+    ]
+    router = ProfileRouter(CONFIG)
+    assert [router.select(copy.deepcopy(d)) for d in docs] == ["en_web", "code", "en_web", "books", "en_web"]
+
+    one_chunk = _run(CONFIG, docs)
+    assert sorted(d.id for d in one_chunk.kept) == ["other", "web-book", "web-page"]
+    reasons = {d.id: d.reason for d in one_chunk.dropped}
+    assert reasons == {
+        "code-page": "exact_duplicate_of:t/web-page",
+        "books-book": "near_duplicate_of:t/web-book",
+    }
+    assert one_chunk.counts["in"] == len(docs) == one_chunk.counts["kept"] + one_chunk.counts["dropped"]
+
+    from pipeline_project.cleaning.batch_writer import BatchWriter
+    from pipeline_project.cleaning.stream import StreamingCleaner
+    from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
+
+    for chunk_docs in (1, 2):  # every copy in its own chunk; the book's copies in one chunk of two
+        writer = BatchWriter(MemoryS3Client({}), "b", "shards/x/", "exclusions/x.jsonl.zst")
+        cleaner = StreamingCleaner(CONFIG, chunk_docs=chunk_docs)
+        out = cleaner.run(copy.deepcopy(docs), "x", DedupIndex(), writer, lambda dropped, quarantined: [])
+        assert out.chunks == -(-len(docs) // chunk_docs)
+        assert (out.counts["in"], out.counts["kept"], out.counts["dropped"]) == (len(docs), 3, 2), chunk_docs
+
+
 def test_english_web_is_decided_exactly_as_before(corpus):
     docs = _read(corpus, "web_noisy/cc_main_2019_30_sample_cc_by_sa_cc0.jsonl", lines=60)
     docs += [Document(f"p{i}", prose(14, seed=i % 4), "raw/web.jsonl") for i in range(8)]

@@ -6,7 +6,7 @@ import abc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pipeline_project.cleaning.records import Document, Dropped
 from pipeline_project.cleaning.text import split_words
@@ -17,6 +17,9 @@ class RunContext:
     batch_id: str
     index: object | None = None  # DedupIndex, typed loosely to keep steps import-light
     scope: str = "global"
+    # per step name, what the step has kept so far in this chunk, shared by every profile's chain: the same text
+    # routed to two profiles (a web folder and a books folder) is kept once
+    chunk_state: dict[str, Any] = field(default_factory=dict)
 
     @property
     def use_index(self) -> bool:

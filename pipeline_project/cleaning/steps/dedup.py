@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import xxhash
 from rensa import RMinHash
@@ -27,7 +29,7 @@ class ExactDedup(Step):
             (prepared(self, d, lambda d=d: exact_key(d.text)) for d in docs), dtype=np.uint64, count=len(docs)
         )
         earlier = ctx.index.lookup_exact(keys) if ctx.use_index else np.full(len(docs), -1)
-        seen: dict[int, str] = {}
+        seen: dict[int, str] = ctx.chunk_state.setdefault(self.name, {})  # exact key -> id of the kept document
         kept, dropped = [], []
         for doc, key, hit in zip(docs, keys.tolist(), earlier.tolist()):
             if hit >= 0:
@@ -98,13 +100,26 @@ def signature_threshold(cfg: MinHashConfig) -> float:
     return t - cfg.signature_margin_sd * float(np.sqrt(t * (1 - t) / (cfg.num_buckets * cfg.hashes_per_bucket)))
 
 
+@dataclass
+class _ChunkBands:
+    """What MinHashDedup has seen of one chunk, across the profiles' chains."""
+
+    docs: list[Document] = field(default_factory=list)
+    sigs: list[np.ndarray | None] = field(default_factory=list)
+    # band key -> representatives of the chunk's documents seen with it (an ordered set), so a band shared by
+    # thousands of copies of one text costs one lookup, not thousands
+    band_reps: dict[int, dict[tuple[str, int], None]] = field(default_factory=dict)
+    shingles: dict[int, np.ndarray] = field(default_factory=dict)  # exact shingle sets, by document number
+
+
 class MinHashDedup(Step):
     """LSH on 14 bands x 8 rows finds candidates; a document is dropped only when it is itself similar to a
     representative that is kept (in this batch or an earlier one).
 
     Documents are taken in batch order. Each one collects candidate representatives: earlier-batch documents
     sharing a band with it, and the representative of every earlier document of this batch sharing a band
-    with it (so a copy that collides only with another copy is still compared with their original). With
+    with it (so a copy that collides only with another copy is still compared with their original), the
+    documents that other profiles' chains took before it in this chunk included. With
     `verify="exact"` (default) a candidate of this batch counts when the exact Jaccard of the two shingle
     sets is >= `jaccard_threshold`; earlier-batch candidates, whose text is not kept, count when the
     signature-estimated Jaccard is >= `signature_threshold(cfg)`. With `verify="signature"` both use the
@@ -153,18 +168,22 @@ class MinHashDedup(Step):
         stats.notes["no_shingles"] = int((~has_sig).sum())
 
         hits = ctx.index.lookup_bands(bands) if ctx.use_index and has_sig.any() else None
-        shingle_cache: dict[int, np.ndarray] = {}
-        # representative of each document: ("batch", i) for a document of this batch, ("index", entry) else
+        # this chunk's documents so far, of every profile's chain: a document is compared with the ones other
+        # profiles kept too, by its number `base + i` in `chunk.docs`
+        chunk: _ChunkBands = ctx.chunk_state.setdefault(self.name, _ChunkBands())
+        base = len(chunk.docs)
+        chunk.docs.extend(docs)
+        chunk.sigs.extend(sigs)
+        # representative of each document: ("batch", number) for a document of this chunk, ("index", entry) else
         rep: list[tuple[str, int] | None] = [None] * n
-        # band key -> representatives of the documents of this batch seen with it (an ordered set), so a band
-        # shared by thousands of copies of one text costs one lookup, not thousands
-        band_reps: dict[int, dict[tuple[str, int], None]] = {}
+        band_reps = chunk.band_reps
         checked = rejected = 0
 
-        def estimate(i: int, other: np.ndarray) -> float:
-            return float(np.mean(sigs[i] == other))
+        def estimate(g: int, other: np.ndarray) -> float:
+            return float(np.mean(chunk.sigs[g] == other))
 
         for i in np.flatnonzero(has_sig).tolist():
+            g = base + i
             keys = bands[i].tolist()
             earlier: list[int] = []
             local: list[int] = []
@@ -182,7 +201,7 @@ class MinHashDedup(Step):
             best_sim = -1.0
             for entry in earlier:
                 checked += 1
-                sim = 1.0 if cfg.verify == "none" else estimate(i, ctx.index.signature(entry))
+                sim = 1.0 if cfg.verify == "none" else estimate(g, ctx.index.signature(entry))
                 if sim >= self.sig_threshold or cfg.verify == "none":
                     if sim > best_sim:
                         best, best_sim = ("index", entry), sim
@@ -194,18 +213,19 @@ class MinHashDedup(Step):
                     if cfg.verify == "none":
                         sim, ok = 1.0, True
                     elif cfg.verify == "signature":
-                        sim = estimate(i, sigs[r])
+                        sim = estimate(g, chunk.sigs[r])
                         ok = sim >= self.sig_threshold
                     else:
                         sim = jaccard(
-                            self._shingle_set(docs[i], shingle_cache, i), self._shingle_set(docs[r], shingle_cache, r)
+                            self._shingle_set(chunk.docs[g], chunk.shingles, g),
+                            self._shingle_set(chunk.docs[r], chunk.shingles, r),
                         )
                         ok = sim >= cfg.jaccard_threshold
                     if ok and sim > best_sim:
                         best, best_sim = ("batch", r), sim
                     elif not ok:
                         rejected += 1
-            rep[i] = best or ("batch", i)
+            rep[i] = best or ("batch", g)
             for key in keys:
                 band_reps.setdefault(key, {})[rep[i]] = None
         stats.notes["candidates_checked"] = checked
@@ -213,11 +233,11 @@ class MinHashDedup(Step):
 
         kept, dropped = [], []
         for i, doc in enumerate(docs):
-            kind, r = rep[i] or ("batch", i)
+            kind, r = rep[i] or ("batch", base + i)
             if kind == "index":
                 reason = f"near_duplicate_of:{ctx.index.entry(r)}"
-            elif r != i:
-                reason = f"near_duplicate_of:{ctx.batch_id}/{docs[r].id}"
+            elif r != base + i:
+                reason = f"near_duplicate_of:{ctx.batch_id}/{chunk.docs[r].id}"
             else:
                 kept.append(doc)
                 continue
