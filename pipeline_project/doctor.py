@@ -36,8 +36,9 @@ class TopicExpectation(Protocol):
     topic_partitions: int
     replication_factor: int
     min_insync_replicas: int
+    message_bytes: int
 
-    def topic_config(self) -> dict[str, int]: ...
+    def topic_config(self) -> dict[str, int | str]: ...
 
 
 def _error(exc: BaseException) -> str:
@@ -74,6 +75,8 @@ def check_kafka(
 def _topic_checks(admin: Any, meta: Any, layout: TopicExpectation, timeout_s: float) -> list[Check]:
     from confluent_kafka.admin import ConfigResource
 
+    from pipeline_project.streaming.topics import MESSAGE_BYTES_KEY, config_mismatches
+
     name = layout.topic
     topic = meta.topics.get(name)
     if topic is None or topic.error is not None:
@@ -95,18 +98,12 @@ def _topic_checks(admin: Any, meta: Any, layout: TopicExpectation, timeout_s: fl
         entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
         config = {k: e.value for k, e in entries.items()}
     except Exception as exc:  # noqa: BLE001
-        return [*checks, Check("kafka.retention", False, f"{name}: {_error(exc)}", "check the client's permissions")]
-    wrong = []
-    for key, wanted in layout.topic_config().items():
-        actual = int(config.get(key, "-1"))
-        if actual != -1 and (wanted == -1 or actual < wanted):  # shorter retention than expected (-1: forever)
-            wrong.append(f"{key}={actual} (expected {wanted})")
-    isr = int(config.get("min.insync.replicas", "1"))
-    if isr != layout.min_insync_replicas:
-        wrong.append(f"min.insync.replicas={isr} (expected {layout.min_insync_replicas})")
-    shown = ", ".join(f"{k}={config.get(k)}" for k in (*layout.topic_config(), "min.insync.replicas"))
+        return [*checks, Check("kafka.topic_config", False, f"{name}: {_error(exc)}", "check the client's permissions")]
+    wanted = {**layout.topic_config(), "min.insync.replicas": layout.min_insync_replicas}
+    wrong = config_mismatches(wanted, config, layout.message_bytes)
+    shown = ", ".join(f"{k}={config.get(k)}" for k in (*wanted, MESSAGE_BYTES_KEY))
     hint = f"kafka-configs --alter --entity-type topics --entity-name {name} --add-config <key>=<value>"
-    checks.append(Check("kafka.retention", not wrong, "; ".join(wrong) if wrong else f"{name}: {shown}", hint))
+    checks.append(Check("kafka.topic_config", not wrong, "; ".join(wrong) if wrong else f"{name}: {shown}", hint))
     return checks
 
 

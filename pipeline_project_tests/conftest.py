@@ -7,6 +7,7 @@ missing services for this session and stops only those at the end (unless anothe
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,3 +72,24 @@ def local_stack() -> Iterator[Stack]:
 @pytest.fixture(scope="session")
 def stack(local_stack: Stack) -> Settings:
     return local_stack.settings()
+
+
+@pytest.fixture
+def pg_url(stack):
+    """A fresh database on the stack's server, dropped afterwards, so tests never see each other's index."""
+    import psycopg2
+
+    name = f"test_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(stack.postgres_url)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    admin.close()
+    url = stack.postgres_url.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    admin = psycopg2.connect(stack.postgres_url)  # a new session: a test may have restarted the server
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    admin.close()

@@ -60,6 +60,7 @@ def token_blocks(
         replication_factor=layout.replication_factor,
         min_insync_replicas=layout.min_insync_replicas,
         config=layout.topic_config(),
+        message_bytes=layout.message_bytes,
     )
     report = kafka.produce_token_blocks(
         layout.topic,

@@ -42,6 +42,7 @@ def build_resources(settings: Settings | None = None) -> dict:
             sasl_username=s.kafka_sasl_username,
             sasl_password=_secret(KAFKA_SASL_PASSWORD_ENV, None),
             ssl_ca_location=s.kafka_ssl_ca_location,
+            ledger_index_url=s.postgres_url,
         ),
         "mlflow": MlflowResource(tracking_uri=s.mlflow_tracking_uri),
         "layout": PipelineLayout(bucket=s.bucket, raw_prefix=s.raw_prefix, topic=s.topic),

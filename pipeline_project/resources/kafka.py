@@ -5,7 +5,8 @@ The resource declares only what a deployment sets; every default lives in `Kafka
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -42,6 +43,10 @@ class KafkaResource(dg.ConfigurableResource):
     ssl_ca_location: str | None = None
     producer_overrides: dict[str, Any] = Field(default_factory=dict)
     consumer_overrides: dict[str, Any] = Field(default_factory=dict)
+    ledger_index_url: str | None = None
+    """A PostgreSQL (libpq) URL for the ledger index (`streaming.ledger_index`): a ledger read then costs the
+    batches written since the last one instead of the whole ledger. None: every read starts at offset 0."""
+    ledger_index_schema: str = "kafka_ledger"
 
     _admin: Any = PrivateAttr(default=None)
 
@@ -94,22 +99,40 @@ class KafkaResource(dg.ConfigurableResource):
         from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
         from pipeline_project.streaming.tokenizer import load_tokenizer
 
-        return tokenize_and_produce(
-            self.settings(),
-            topic,
-            texts,
-            tokenizer=load_tokenizer(),
-            seq_len=seq_len,
-            source=source,
-            ledger_key=ledger_key,
-            content_hash=content_hash,
-            config=ProducerConfig(max_message_bytes=max_message_bytes),
-        )
+        with self.ledger_index() as index:
+            return tokenize_and_produce(
+                self.settings(),
+                topic,
+                texts,
+                tokenizer=load_tokenizer(),
+                seq_len=seq_len,
+                source=source,
+                ledger_key=ledger_key,
+                content_hash=content_hash,
+                config=ProducerConfig(max_message_bytes=max_message_bytes),
+                ledger_index=index,
+            )
 
     def ledger_entry(self, topic: str, ledger_key: str) -> ProduceReport | None:
         from pipeline_project.streaming.producer import read_ledger
 
-        return read_ledger(self.settings(), topic).get(ledger_key)
+        with self.ledger_index() as index:
+            return read_ledger(self.settings(), topic, keys=[ledger_key], index=index).get(ledger_key)
+
+    @contextlib.contextmanager
+    def ledger_index(self) -> Iterator[Any]:
+        """The ledger index (`streaming.ledger_index.PostgresLedgerIndex`), closed after use; None without
+        `ledger_index_url`."""
+        if not self.ledger_index_url:
+            yield None
+            return
+        from pipeline_project.streaming.ledger_index import PostgresLedgerIndex
+
+        index = PostgresLedgerIndex(self.ledger_index_url, schema=self.ledger_index_schema)
+        try:
+            yield index
+        finally:
+            index.close()
 
     def verify_blocks(self, report: ProduceReport) -> dict[str, Any]:
         """Read the report's offset ranges back (read_committed); raises if they do not hold its blocks."""
@@ -118,7 +141,7 @@ class KafkaResource(dg.ConfigurableResource):
         return verify_produced(self.settings(), report)
 
     def ensure_topic(self, name: str, partitions: int, replication_factor: int, min_insync_replicas: int,
-                     config: dict[str, Any] | None = None) -> TopicLayout:  # fmt: skip
+                     config: dict[str, Any] | None = None, message_bytes: int | None = None) -> TopicLayout:  # fmt: skip
         return ensure_topic(
             self.admin(),
             name,
@@ -126,4 +149,5 @@ class KafkaResource(dg.ConfigurableResource):
             replication_factor=replication_factor,
             min_insync_replicas=min_insync_replicas,
             config=config,
+            message_bytes=message_bytes,
         )

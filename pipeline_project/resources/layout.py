@@ -45,9 +45,10 @@ class PipelineLayout(dg.ConfigurableResource):
     before it is listable (a multipart upload carries the time it was initiated), so this bounds how long an
     upload of a key that sorts before the cursor may take. The cursor holds the keys taken over this window."""
 
-    def topic_config(self) -> dict[str, int]:
-        """Topic configs the token topic is created with, and checked against when it exists."""
-        return {"retention.ms": self.retention_ms, "retention.bytes": self.retention_bytes}
+    def topic_config(self) -> dict[str, int | str]:
+        """Topic configs the token topic is created with, and checked against when it exists. Compaction would
+        reject the key-less block messages (and delete blocks if they had keys): the topic must only delete."""
+        return {"cleanup.policy": "delete", "retention.ms": self.retention_ms, "retention.bytes": self.retention_bytes}
 
     def shard_dir(self, batch_id: str) -> str:
         return f"{self.shards_prefix}{batch_id}/"

@@ -20,7 +20,9 @@ records committed behind another producer's open transaction, and then produce t
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,8 +31,11 @@ from confluent_kafka.admin import OffsetSpec
 
 from pipeline_project.streaming.errors import ReadTimeoutError, TopicMissingError, is_transient
 from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.ledger_index import Changes, LedgerIndex, LedgerIndexUnavailableError
 from pipeline_project.streaming.offsets import list_offsets
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.topics import ensure_topic, topic_id
+
+log = logging.getLogger(__name__)
 
 WATERMARK_TIMEOUT_S = 15.0
 
@@ -182,6 +187,7 @@ class ProgressRecord:
 class LedgerRecords:
     completed: dict[str, ProduceReport]
     progress: dict[str, ProgressRecord]  # by ledger key (without the suffix)
+    read: int = 0  # ledger records read from Kafka (with an index: those written since its offsets)
 
 
 def progress_key(ledger_key: str) -> str:
@@ -211,13 +217,30 @@ def ensure_ledger_topic(admin: Any, topic: str, timeout_s: float = 30.0) -> None
     )
 
 
-def read_ledger(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> dict[str, ProduceReport]:
-    """The completion records of `topic`'s ledger, latest per key (tombstones remove a key)."""
-    return read_ledger_records(settings, topic, timeout_s).completed
+def read_ledger(
+    settings: KafkaSettings,
+    topic: str,
+    timeout_s: float = 30.0,
+    keys: Collection[str] | None = None,
+    index: LedgerIndex | None = None,
+) -> dict[str, ProduceReport]:
+    """The completion records of `topic`'s ledger, latest per key (tombstones remove a key); see read_ledger_records."""
+    return read_ledger_records(settings, topic, timeout_s, keys=keys, index=index).completed
 
 
-def read_ledger_records(settings: KafkaSettings, topic: str, timeout_s: float = 30.0) -> LedgerRecords:
-    """All committed ledger records of `topic`, latest per key, read up to the high watermark seen at the start.
+def read_ledger_records(
+    settings: KafkaSettings,
+    topic: str,
+    timeout_s: float = 30.0,
+    keys: Collection[str] | None = None,
+    index: LedgerIndex | None = None,
+) -> LedgerRecords:
+    """The committed ledger records of `topic`, latest per key, read up to the high watermark seen at the start.
+
+    `keys`: only these ledger keys' records (completion and progress) are kept and parsed, so memory does not grow
+    with the ledger. `index` (with `keys`): a `ledger_index.LedgerIndex`; the read starts at the offset up to which
+    the index has every record, takes the keys' older records from it, and gives it the records read, so a read
+    costs the records written since the last one. An unreachable index is logged and the ledger read from the start.
 
     A missing ledger topic reads as empty; not reaching that end within `timeout_s` (an open transaction of another
     producer holds the last stable offset back) raises ReadTimeoutError. Fetching the high watermark is one
@@ -226,15 +249,32 @@ def read_ledger_records(settings: KafkaSettings, topic: str, timeout_s: float = 
     """
     name = ledger_topic(topic)
     records = LedgerRecords({}, {})
+    wanted = None if keys is None else {k for key in keys for k in (key, progress_key(key))}
     consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
     try:
         md = consumer.list_topics(topic=name, timeout=timeout_s).topics.get(name)
         if md is None or md.error is not None:
             return records
         parts = sorted(md.partitions)
-        ends = _high_watermarks(settings, name, parts, max(timeout_s, WATERMARK_TIMEOUT_S))
-        consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in parts])
-        pending = {p for p in parts if ends[p] > 0}
+        admin = settings.make_admin()
+        positions: dict[int, int] = {}
+        ledger_id = ""
+        if index is not None and wanted is not None:
+            ledger_id = topic_id(admin, name, timeout_s)
+            try:
+                positions, cached = index.snapshot(ledger_id, wanted)
+            except LedgerIndexUnavailableError as exc:
+                log.warning("%s; reading ledger %s from the start", exc, name)
+                index = None
+            else:
+                for key, value in cached.items():
+                    _apply(records, key, value)
+        starts = {p: positions.get(p, 0) for p in parts}
+        ends = _high_watermarks(admin, name, parts, max(timeout_s, WATERMARK_TIMEOUT_S))
+        # below the log start (records deleted): librdkafka resets to the earliest offset
+        consumer.assign([TopicPartition(name, p, starts[p] or OFFSET_BEGINNING) for p in parts])
+        pending = {p for p in parts if ends[p] > starts[p]}
+        changes: Changes = {}
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
@@ -242,7 +282,8 @@ def read_ledger_records(settings: KafkaSettings, topic: str, timeout_s: float = 
                     f"reading ledger {name} did not reach its high watermark {ends} within {timeout_s:g}s "
                     "(an open transaction holds the last stable offset back?)"
                 )
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+            # consume() waits its whole timeout unless it fills num_messages: a short one keeps a small read fast
+            for msg in consumer.consume(num_messages=1000, timeout=0.05):
                 err = msg.error()
                 p = msg.partition()
                 if err is not None:
@@ -255,7 +296,17 @@ def read_ledger_records(settings: KafkaSettings, topic: str, timeout_s: float = 
                     raise KafkaException(err)
                 if msg.offset() + 1 >= ends.get(p, 0):
                     pending.discard(p)
-                _apply(records, (msg.key() or b"").decode(), msg.value())
+                records.read += 1
+                key = (msg.key() or b"").decode()
+                if index is not None:
+                    changes[key] = (p, msg.offset(), msg.value())
+                if wanted is None or key in wanted:
+                    _apply(records, key, msg.value())
+        if index is not None:
+            try:
+                index.update(ledger_id, changes, {p: max(starts[p], ends[p]) for p in parts})
+            except LedgerIndexUnavailableError as exc:
+                log.warning("%s; the ledger index stays at its previous offsets", exc)
         return records
     finally:
         consumer.close()
@@ -274,7 +325,7 @@ def _apply(records: LedgerRecords, key: str, value: bytes | None) -> None:
         records.completed[key] = ProduceReport.from_ledger_json(value)
 
 
-def _high_watermarks(settings: KafkaSettings, name: str, parts: list[int], timeout_s: float) -> dict[int, int]:
-    """Log end offsets (read_uncommitted latest): every record written so far, committed or not."""
-    admin = settings.make_admin()  # held until the futures resolve: a collected client never completes them
+def _high_watermarks(admin: Any, name: str, parts: list[int], timeout_s: float) -> dict[int, int]:
+    """Log end offsets (read_uncommitted latest): every record written so far, committed or not. The caller holds
+    `admin` until this returns: a collected client never completes its futures."""
     return list_offsets(admin, name, parts, OffsetSpec.latest(), timeout_s, IsolationLevel.READ_UNCOMMITTED)

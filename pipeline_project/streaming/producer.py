@@ -54,6 +54,7 @@ from pipeline_project.streaming.ledger import (
     read_ledger,
     read_ledger_records,
 )
+from pipeline_project.streaming.ledger_index import LedgerIndex
 from pipeline_project.streaming.packing import DomainPackers
 from pipeline_project.streaming.prefetch import prefetch_batches
 from pipeline_project.streaming.staging import (
@@ -131,6 +132,7 @@ def produce_blocks(
     content_hash: str,
     transactional_id: str | None = None,
     config: ProducerConfig | None = None,
+    ledger_index: LedgerIndex | None = None,
     _stage_timer: _StageTimer | None = None,
     _packer: DomainPackers | None = None,
 ) -> ProduceReport:
@@ -138,6 +140,8 @@ def produce_blocks(
 
     Items of `blocks_iter` may be `(domain, blocks)` pairs: each message then holds one domain's blocks and
     carries its `domain` header, and the report counts messages, blocks and tokens per domain.
+    `ledger_index` (`ledger_index.PostgresLedgerIndex`): the ledger is read from where the index has it, not from
+    the start, so the setup costs the batches written since, not all of them.
     """
     config = config or ProducerConfig()
     if ledger_key.endswith(PROGRESS_SUFFIX):
@@ -149,7 +153,7 @@ def produce_blocks(
     # tokenized ahead, up to one transaction's worth; that work is dropped when the ledger holds the batch. On
     # any failure the setup is waited for: a setup left running could fence the retry's producer.
     with ThreadPoolExecutor(1, thread_name_prefix="produce-setup") as pool:
-        pending = pool.submit(_connect, settings, topic, txid, config)
+        pending = pool.submit(_connect, settings, topic, txid, config, ledger_key, ledger_index)
         try:
             t0 = time.perf_counter()
             ahead = read_while(items, lambda: not pending.done(), config.transaction_max_bytes)
@@ -261,8 +265,15 @@ class _Connection:
     records: Any
 
 
-def _connect(settings: KafkaSettings, topic: str, txid: str, config: ProducerConfig) -> _Connection:
-    """Ledger topic, partitions, topic id, a transactional producer (fencing older ones), the ledger's records."""
+def _connect(
+    settings: KafkaSettings,
+    topic: str,
+    txid: str,
+    config: ProducerConfig,
+    ledger_key: str,
+    ledger_index: LedgerIndex | None,
+) -> _Connection:
+    """Ledger topic, partitions, topic id, a transactional producer (fencing older ones), the key's ledger records."""
     timeout = config.ledger_read_timeout_s
     admin = settings.make_admin()
     ensure_ledger_topic(admin, topic, timeout_s=timeout)
@@ -281,7 +292,7 @@ def _connect(settings: KafkaSettings, topic: str, txid: str, config: ProducerCon
     # init_transactions fences older producers of this key and ends their open transaction,
     # so the ledger read below sees the final committed state.
     producer = tx_settings.make_transactional_producer(txid, stats=stats)
-    records = read_ledger_records(settings, topic, timeout_s=timeout)
+    records = read_ledger_records(settings, topic, timeout_s=timeout, keys=[ledger_key], index=ledger_index)
     return _Connection(admin, partitions, current_id, stats, producer, records)
 
 
@@ -374,6 +385,7 @@ def tokenize_and_produce(
     content_hash: str,
     transactional_id: str | None = None,
     config: ProducerConfig | None = None,
+    ledger_index: LedgerIndex | None = None,
 ) -> ProduceReport:
     """texts -> DeepSeek tokenizer (batch API) -> BlockPacker per domain -> produce_blocks, with per-stage timings.
 
@@ -403,6 +415,7 @@ def tokenize_and_produce(
         content_hash=content_hash,
         transactional_id=transactional_id,
         config=config,
+        ledger_index=ledger_index,
         _stage_timer=timer,
         _packer=packer,
     )

@@ -10,6 +10,10 @@ loader positions still point to. On an existing topic, a retention SHORTER than 
 where infinite was asked, or a smaller limit) is a mismatch like any other: it is the setting that
 loses data, and it is a one-line fix (`kafka-configs --alter --add-config retention.ms=-1`) that
 does not touch the data. A LONGER retention keeps more data than asked and is only logged.
+`message_bytes`, when given, is the largest message the caller will write: an existing topic whose
+`max.message.bytes` is below it (with room for headers and batch overhead) is a mismatch too, instead
+of a broker error in the middle of a batch. `config_mismatches` is the one rule set, shared with the
+doctor.
 """
 
 from __future__ import annotations
@@ -28,6 +32,38 @@ log = logging.getLogger(__name__)
 
 INFINITE = -1  # retention.ms / retention.bytes: never delete
 RETENTION_KEYS = ("retention.ms", "retention.bytes")
+MESSAGE_BYTES_KEY = "max.message.bytes"
+
+
+def message_bytes_needed(message_bytes: int) -> int:
+    """The topic's max.message.bytes a message value of `message_bytes` needs: headers, record and batch
+    overhead, and lz4's worst case on incompressible data (a 1/255 expansion) included."""
+    return message_bytes + message_bytes // 128 + 16_384
+
+
+def config_mismatches(
+    wanted: dict[str, Any], actual: dict[str, str | None], message_bytes: int | None = None
+) -> list[str]:
+    """`<key> expected <wanted>, actual <actual>` for each wanted config the topic does not satisfy.
+
+    Retention keys accept a longer retention (logged by the caller); other keys must be equal. With
+    `message_bytes`, a max.message.bytes below `message_bytes_needed(message_bytes)` is a mismatch."""
+    diffs = []
+    for key, value in wanted.items():
+        have = actual.get(key)
+        if have == str(value):
+            continue
+        if key in RETENTION_KEYS and have is not None and not _shorter(int(have), int(value)):
+            continue
+        diffs.append(f"{key} expected {value}, actual {have}")
+    if message_bytes is not None:
+        need = message_bytes_needed(message_bytes)
+        have = actual.get(MESSAGE_BYTES_KEY)
+        if have is None or int(have) < need:
+            diffs.append(
+                f"{MESSAGE_BYTES_KEY} expected at least {need} (messages of {message_bytes} bytes), actual {have}"
+            )
+    return diffs
 
 
 @dataclass(frozen=True)
@@ -52,6 +88,7 @@ def ensure_topic(
     *,
     retention_ms: int | None = INFINITE,
     retention_bytes: int | None = INFINITE,
+    message_bytes: int | None = None,
 ) -> TopicLayout:
     """Create `name` with this layout, or verify that the existing topic has it.
 
@@ -84,21 +121,26 @@ def ensure_topic(
         diffs.append(f"partitions expected {partitions}, actual {actual_partitions}")
     if actual_rf != replication_factor:
         diffs.append(f"replication_factor expected {replication_factor}, actual {actual_rf}")
-    for key, value in wanted.items():
-        actual = actual_cfg.get(key)
-        if actual == value:
-            continue
-        if key in RETENTION_KEYS and actual is not None and not _shorter(int(actual), int(value)):
+    for key in RETENTION_KEYS:
+        actual, value = actual_cfg.get(key), wanted.get(key)
+        if value is not None and actual is not None and actual != value and not _shorter(int(actual), int(value)):
             log.warning("topic %r keeps data longer than asked: %s is %s, asked %s", name, key, actual, value)
-            continue
-        diffs.append(f"{key} expected {value}, actual {actual}")
+    diffs += config_mismatches(wanted, actual_cfg, message_bytes)
     if diffs:
         fix = ""
-        if any(d.startswith(RETENTION_KEYS) for d in diffs):
-            alter = ",".join(f"{k}={wanted[k]}" for k in RETENTION_KEYS if k in wanted)
+        # every config, unlike partitions and replication, can be changed in place
+        alter = [f"{k}={v}" for k, v in wanted.items() if any(d.startswith(f"{k} ") for d in diffs)]
+        if any(d.startswith(f"{MESSAGE_BYTES_KEY} ") for d in diffs):
+            alter.append(f"{MESSAGE_BYTES_KEY}={message_bytes_needed(message_bytes or 0)}")
+        if alter:
+            why = (
+                "a shorter retention deletes blocks before every trainer has read them; "
+                if any(d.startswith(RETENTION_KEYS) for d in diffs)
+                else ""
+            )
             fix = (
-                f" (a shorter retention deletes blocks before every trainer has read them; fix it in place with "
-                f"kafka-configs --alter --entity-type topics --entity-name {name} --add-config {alter})"
+                f" ({why}fix it in place with kafka-configs --alter --entity-type topics --entity-name {name} "
+                f"--add-config {','.join(alter)})"
             )
         raise TopicLayoutMismatchError(f"topic {name!r} exists with a different layout: " + "; ".join(diffs) + fix)
     return TopicLayout(name, actual_partitions, actual_rf, {k: actual_cfg[k] for k in wanted}, created)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import uuid
 
-import psycopg2
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
@@ -14,25 +13,6 @@ from pipeline_project.cleaning.dedup_store import DedupStoreUnavailableError, Po
 from pipeline_project_tests.cleaning.test_dedup import _words
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture
-def pg_url(stack):
-    """A fresh database on the stack's server, dropped afterwards, so tests never see each other's index."""
-    name = f"dedup_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(stack.postgres_url)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
-    url = stack.postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    yield url
-    admin = psycopg2.connect(stack.postgres_url)  # a new session: a test may have restarted the server
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-    admin.close()
 
 
 def _edit(text: str, start: int, count: int, fresh: int) -> str:

@@ -146,7 +146,7 @@ class MemoryKafkaResource(KafkaResource):
         return _KAFKA.setdefault(self.store, {"topics": {}, "ledger": {}})
 
     def ensure_topic(self, name: str, partitions: int, replication_factor: int, min_insync_replicas: int,
-                     config: dict[str, Any] | None = None):  # fmt: skip
+                     config: dict[str, Any] | None = None, message_bytes: int | None = None):  # fmt: skip
         self._state()["topics"].setdefault(name, [[] for _ in range(partitions)])
 
     def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,

@@ -45,9 +45,9 @@ def _line(lines: list[str], name: str) -> str:
 def test_healthy_stack_passes_every_check(stack_env):
     code, lines = _doctor(stack_env)
     assert code == 0, lines
-    for name in ("kafka.brokers", "kafka.topic", "kafka.retention", "kafka.acls", "s3.bucket pipeline", "mlflow",
+    for name in ("kafka.brokers", "kafka.topic", "kafka.topic_config", "kafka.acls", "s3.bucket pipeline", "mlflow",
                  "dagster", "postgres"):  # fmt: skip
-        if name == "kafka.retention" and "not created yet" in _line(lines, "kafka.topic"):
+        if name == "kafka.topic_config" and "not created yet" in _line(lines, "kafka.topic"):
             continue
         assert _line(lines, name).startswith("ok"), lines
     assert lines[-1] == "all checks passed"
@@ -85,21 +85,25 @@ def test_topic_layout_and_retention_are_checked(stack, stack_env):
     layout = PipelineLayout(topic=good)
     futures = admin.create_topics([
         NewTopic(good, 8, 3, config={"min.insync.replicas": "2", "retention.ms": "-1", "retention.bytes": "-1"}),
-        NewTopic(odd, 2, 1, config={"retention.ms": "60000", "min.insync.replicas": "1"}),
+        NewTopic(odd, 2, 1, config={"retention.ms": "60000", "min.insync.replicas": "1", "cleanup.policy": "compact",
+                                    "max.message.bytes": "65536"}),
     ])  # fmt: skip
     for f in futures.values():
         f.result(timeout=30)
     try:
         checks = {c.name: c for c in run_checks(stack, layout, only=("kafka",), timeout_s=5)}
-        assert checks["kafka.topic"].ok and checks["kafka.retention"].ok, checks
+        assert checks["kafka.topic"].ok and checks["kafka.topic_config"].ok, checks
         checks = {c.name: c for c in run_checks(stack, PipelineLayout(topic=odd), only=("kafka",), timeout_s=5)}
         assert not checks["kafka.topic"].ok and "2 partitions, replication factor 1" in checks["kafka.topic"].detail
-        retention = checks["kafka.retention"]
-        assert (
-            not retention.ok
-            and "retention.ms=60000" in retention.detail
-            and "min.insync.replicas=1" in retention.detail
-        )
+        topic_config = checks["kafka.topic_config"]
+        assert not topic_config.ok
+        for wrong in (
+            "retention.ms expected -1, actual 60000",
+            "min.insync.replicas expected 2, actual 1",
+            "cleanup.policy expected delete, actual compact",
+            "max.message.bytes expected at least 148480 (messages of 131072 bytes), actual 65536",
+        ):
+            assert wrong in topic_config.detail, topic_config.detail
     finally:
         for f in admin.delete_topics([good, odd]).values():
             f.result(timeout=30)

@@ -54,6 +54,35 @@ def test_ensure_topic_mismatch_is_a_one_line_error(stack):
     assert "cleanup.policy expected compact, actual delete" in msg
 
 
+def test_a_compacting_or_small_message_token_topic_is_refused_with_the_fix(stack):
+    """A topic made by hand for the blocks, compacted and capped at 64 KiB messages: compaction rejects key-less
+    block messages mid-batch ("Broker failed to validate record"), and a smaller cap rejects the messages. Both are
+    refused up front with the command that fixes them in place, and the fixed topic is accepted."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    from pipeline_project.resources.layout import PipelineLayout
+
+    layout = PipelineLayout()
+    admin = kafka_settings(stack).make_admin()
+    name = unique_topic("compacted")
+    ensure_topic(admin, name, config={"cleanup.policy": "compact", "max.message.bytes": 65536})
+    with pytest.raises(TopicLayoutMismatchError) as ei:
+        ensure_topic(admin, name, config=layout.topic_config(), message_bytes=layout.message_bytes)
+    msg = str(ei.value)
+    assert "cleanup.policy expected delete, actual compact" in msg
+    assert "max.message.bytes expected at least 148480 (messages of 131072 bytes), actual 65536" in msg
+    fix = "--add-config cleanup.policy=delete,max.message.bytes=148480"
+    assert fix in msg, msg
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in (("cleanup.policy", "delete"), ("max.message.bytes", "148480"))
+    ])  # fmt: skip
+    admin.incremental_alter_configs([res])[res].result(timeout=30)
+    fixed = ensure_topic(admin, name, config=layout.topic_config(), message_bytes=layout.message_bytes)
+    assert fixed.config["cleanup.policy"] == "delete" and not fixed.created
+
+
 def test_idempotent_produce_and_stats(stack):
     s = kafka_settings(stack, statistics_interval_ms=100)
     topic = unique_topic("idem")
