@@ -27,6 +27,7 @@ from pipeline_project.assets.partitions import (
     TRAINING_RUN_TAGS,
     latest_materialization_metadata,
     plain_metadata,
+    untrained_share,
 )
 from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.resources.kafka import KafkaResource
@@ -114,7 +115,13 @@ def deepseek_checkpoint(
     from pipeline_project.cleaning.publish import manifest_key
 
     refuse_if_another_run_trains(context.instance, context.run.run_id)
-    batches = topic_batches(context.instance, layout.topic)
+    # the batches this run can read: those the newest checkpoint has not wholly trained (not every batch ever)
+    position = latest_materialization_metadata(context.instance, deepseek_checkpoint.key).get("end_position")
+    batches = {
+        b: ranges
+        for b, ranges in topic_batches(context.instance, layout.topic).items()
+        if not isinstance(position, dict) or untrained_share(ranges, position) > 0
+    }
     job = trainer.job_config(
         kafka=kafka.settings(),
         topic=layout.topic,
@@ -128,7 +135,7 @@ def deepseek_checkpoint(
         shard_manifests={b: f"s3://{layout.bucket}/{manifest_key(layout.shard_dir(b))}" for b in batches},
         batch_offsets=batches,
     )
-    context.log.info(f"training on topic {layout.topic} ({len(batches)} batches materialized)")
+    context.log.info(f"training on topic {layout.topic} ({len(batches)} batches not yet wholly trained)")
     return trainer.run(context, job)
 
 

@@ -49,3 +49,17 @@ def plain_metadata(materialization: dg.AssetMaterialization | None) -> dict:
     if materialization is None:
         return {}
     return {k: getattr(v, "value", v) for k, v in (materialization.metadata or {}).items()}
+
+
+def untrained_share(offset_ranges: dict, position: dict) -> float:
+    """The share of a batch's offsets ({partition: [first, last]}) at or past `position` ({partition:
+    {"offset": next to read, ...}}); a partition the position does not name is untrained from its start."""
+    total = untrained = 0
+    for partition, (first, last) in offset_ranges.items():
+        first, last = int(first), int(last)
+        if last < first:
+            continue
+        next_offset = int((position.get(str(partition)) or {}).get("offset", 0))
+        total += last - first + 1
+        untrained += max(0, last - max(first, next_offset) + 1)
+    return untrained / total if total else 0.0

@@ -1,8 +1,15 @@
 """The checkpoint trigger counts from the data's truth: untrained tokens past the newest checkpoint's position."""
 
+import random
+
 import dagster as dg
 
-from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor, untrained_backlog, untrained_share
+from pipeline_project.sensors.checkpoint_trigger import (
+    BacklogState,
+    checkpoint_trigger_sensor,
+    untrained_backlog,
+    untrained_share,
+)
 
 
 def _produced(instance, batch: str, tokens: int, ranges: dict, reused: bool = False):
@@ -23,9 +30,25 @@ def _checkpoint(instance, end_position: dict):
     )
 
 
-def _tick(instance):
-    with dg.build_sensor_context(instance=instance) as ctx:
+def _tick(instance, cursor=None):
+    with dg.build_sensor_context(instance=instance, cursor=cursor) as ctx:
         return checkpoint_trigger_sensor(ctx)
+
+
+def _count_token_blocks_reads(instance, monkeypatch) -> list[int]:
+    """A list that holds, per call, how many token_blocks materializations the instance returned."""
+    counts: list[int] = []
+    real = instance.fetch_materializations
+
+    def counting(records_filter, *args, **kwargs):
+        result = real(records_filter, *args, **kwargs)
+        key = getattr(records_filter, "asset_key", records_filter)
+        if key == dg.AssetKey("token_blocks"):
+            counts.append(len(result.records))
+        return result
+
+    monkeypatch.setattr(instance, "fetch_materializations", counting)
+    return counts
 
 
 def test_trains_once_enough_untrained_tokens_arrived_with_one_run_key_per_backlog(monkeypatch):
@@ -81,3 +104,69 @@ def test_untrained_share_of_offset_ranges():
     assert untrained_share({"0": [0, 9]}, {"0": {"offset": 10}}) == 0.0
     assert untrained_share({"0": [10, 19], "1": [0, 9]}, {"0": {"offset": 15}, "1": {"offset": 0}}) == 0.75
     assert untrained_share({}, {"0": {"offset": 3}}) == 0.0  # a batch of no blocks
+
+
+def test_a_tick_reads_the_materializations_since_the_last_tick_and_keeps_only_untrained_batches(monkeypatch):
+    monkeypatch.setenv("PIPELINE_MIN_NEW_TOKENS", "1000000")
+    with dg.instance_for_test() as instance:
+        for i in range(30):
+            _produced(instance, f"b{i}", 100, {"0": [10 * i, 10 * i + 9]})
+        _checkpoint(instance, {"0": {"offset": 250, "block": 0}})  # b0..b24 trained
+        reads = _count_token_blocks_reads(instance, monkeypatch)
+        first = _tick(instance)
+        assert sum(reads) == 30 and "500 untrained tokens" in first.skip_reason.skip_message
+        state = BacklogState.from_cursor(first.cursor)
+        assert sorted(state.pending) == [f"b{i}" for i in range(25, 30)]  # the cursor holds the backlog, not history
+
+        reads.clear()
+        _produced(instance, "b30", 100, {"0": [300, 309]})
+        second = _tick(instance, first.cursor)
+        assert sum(reads) == 1 and "600 untrained tokens" in second.skip_reason.skip_message
+        assert len(BacklogState.from_cursor(second.cursor).pending) == 6
+
+
+def test_a_checkpoint_behind_the_pruned_position_counts_every_batch_again(monkeypatch):
+    """A new lineage trained from offset 0 (or a reset): batches pruned as trained are untrained again."""
+    monkeypatch.setenv("PIPELINE_MIN_NEW_TOKENS", "1000000")
+    with dg.instance_for_test() as instance:
+        for i in range(4):
+            _produced(instance, f"b{i}", 100, {"0": [10 * i, 10 * i + 9]})
+        _checkpoint(instance, {"0": {"offset": 40, "block": 0}})
+        cursor = _tick(instance).cursor
+        assert BacklogState.from_cursor(cursor).pending == {}
+        _checkpoint(instance, {"0": {"offset": 15, "block": 0}})
+        assert "250 untrained tokens" in _tick(instance, cursor).skip_reason.skip_message
+
+
+def test_the_carried_backlog_equals_the_one_counted_from_every_materialization(monkeypatch):
+    """Random batches (some re-materialized, some without ranges), checkpoints that move forward, and now and then
+    one that moves back: after every event the tick's backlog, carried in its cursor, is the full count."""
+    monkeypatch.setenv("PIPELINE_MIN_NEW_TOKENS", "1000000000")
+    rng = random.Random(7)
+    with dg.instance_for_test() as instance:
+        ends = {"0": 0, "1": 0}
+        position = {"0": 0, "1": 0}
+        cursor = None
+        for step in range(120):
+            event = rng.random()
+            if event < 0.6:
+                ranges = {}
+                for p in ends:
+                    n = rng.randrange(0, 4)
+                    if n:
+                        ranges[p] = [ends[p], ends[p] + n - 1]
+                        ends[p] += n
+                batch = f"b{rng.randrange(0, 40)}"
+                _produced(instance, batch, rng.randrange(1, 500), ranges if rng.random() < 0.9 else None)
+            elif event < 0.9:
+                position = {p: min(ends[p], position[p] + rng.randrange(0, 6)) for p in ends}
+                _checkpoint(instance, {p: {"offset": o, "block": 0} for p, o in position.items()})
+            else:
+                position = {p: rng.randrange(0, ends[p] + 1) for p in ends}  # back: another lineage
+                _checkpoint(instance, {p: {"offset": o, "block": 0} for p, o in position.items()})
+            result = _tick(instance, cursor)
+            cursor = result.cursor
+            carried = BacklogState.from_cursor(cursor)
+            full = untrained_backlog(instance)
+            assert f"{full.tokens} untrained tokens" in result.skip_reason.skip_message, (step, result.skip_reason, full)
+            assert carried.after == full.newest_id
