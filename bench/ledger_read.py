@@ -13,7 +13,6 @@ Needs the local stack (`pipeline-project stack up`). Prints a markdown table, wr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -22,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import psycopg2
+from bench_results import host, load_line, print_table, write
 from confluent_kafka import Producer
 
 from pipeline_project.settings import Settings
@@ -86,7 +86,7 @@ def main() -> None:
     load_start = os.getloadavg()[0]
     written, rows = 0, []
 
-    def write(n: int) -> None:
+    def append_records(n: int) -> None:
         nonlocal written
         while written < n:
             r = report(topic, written)
@@ -98,7 +98,7 @@ def main() -> None:
 
     try:
         for size in args.sizes:
-            write(size)
+            append_records(size)
             timed_read(ks, topic, keys=["batch-00000000"], index=index)  # the index catches up once
             keys = [f"batch-{size - 1:08d}"]
             samples = {
@@ -107,7 +107,7 @@ def main() -> None:
                 "one key, index": [],
             }
             for i in range(args.repeats + 1):
-                write(written + 1)  # one batch since the last read
+                append_records(written + 1)  # one batch since the last read
                 samples["one key, index"].append(timed_read(ks, topic, traced=i == 0, keys=keys, index=index))
             for name, (traced, *runs) in samples.items():
                 rows.append({
@@ -123,24 +123,24 @@ def main() -> None:
         for fut in admin.delete_topics([topic, ledger_topic(topic)], operation_timeout=60).values():
             fut.result()
 
-    result = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "host": {"cpus": os.cpu_count(), "loadavg_1m_at_start": load_start, "loadavg_1m_at_end": os.getloadavg()[0]},
-        "record_bytes": len(report(topic, 0).to_ledger_json()),
-        "repeats": args.repeats,
-        "rows": rows,
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
-    print(
-        f"\nLedger reads, median of {args.repeats} (record {result['record_bytes']} B; load average "
-        f"{load_start:.2f} -> {result['host']['loadavg_1m_at_end']:.2f} (1 min), {os.cpu_count()} CPUs)\n"
+    result = {"host": host(load_start), "record_bytes": len(report(topic, 0).to_ledger_json()),
+              "repeats": args.repeats, "rows": rows}  # fmt: skip
+    write(RESULTS, result)
+    print(f"\nLedger reads, median of {args.repeats} (record {result['record_bytes']} B; {load_line(result)})\n")
+    print_table(
+        ["ledger records", "read", "seconds", "records read from Kafka", "peak Python MB"],
+        ["r", "l", "r", "r", "r"],
+        [
+            [
+                f"{r['records']:,}",
+                r["way"],
+                f"{r['seconds']:.3f}",
+                f"{r['records_read']:,.0f}",
+                f"{r['peak_python_mb']:.1f}",
+            ]
+            for r in rows
+        ],
     )
-    print("| ledger records | read | seconds | records read from Kafka | peak Python MB |")
-    print("|---:|---|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['records']:,} | {r['way']} | {r['seconds']:.3f} | {r['records_read']:,.0f} | "
-              f"{r['peak_python_mb']:.1f} |")  # fmt: skip
     print(f"results: {RESULTS}")
 
 

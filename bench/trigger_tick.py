@@ -12,13 +12,13 @@ Prints a markdown table, writes bench/results/trigger_tick.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from pathlib import Path
 
 import dagster as dg
+from bench_results import host, load_line, print_table, write
 
 from pipeline_project.sensors.checkpoint_trigger import BacklogState, checkpoint_trigger_sensor
 
@@ -89,23 +89,23 @@ def main() -> None:
                          "tick_with_cursor_s": statistics.median(warm), "cursor_bytes": len(cursor),
                          "pending_batches": pending, "runs": {"cold": cold, "warm": warm}})  # fmt: skip
             print(f"{n} batches done", flush=True)
-    result = {
-        "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "host": {"cpus": os.cpu_count(), "loadavg_1m_at_start": load_start, "loadavg_1m_at_end": os.getloadavg()[0]},
-        "repeats": args.repeats,
-        "rows": rows,
-    }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
-    print(
-        f"\nCheckpoint trigger tick, median of {args.repeats} (SQLite instance; load average {load_start:.2f} -> "
-        f"{result['host']['loadavg_1m_at_end']:.2f} (1 min), {os.cpu_count()} CPUs)\n"
+    result = {"host": host(load_start), "repeats": args.repeats, "rows": rows}
+    write(RESULTS, result)
+    print(f"\nCheckpoint trigger tick, median of {args.repeats} (SQLite instance; {load_line(result)})\n")
+    print_table(
+        ["token_blocks batches", "tick counting every batch", "tick carrying its backlog", "cursor", "batches in it"],
+        ["r"] * 5,
+        [
+            [
+                f"{r['batches']:,}",
+                f"{r['tick_without_cursor_s']:.3f} s",
+                f"{r['tick_with_cursor_s']:.3f} s",
+                f"{r['cursor_bytes']:,} B",
+                str(r["pending_batches"]),
+            ]
+            for r in rows
+        ],
     )
-    print("| token_blocks batches | tick counting every batch | tick carrying its backlog | cursor | batches in it |")
-    print("|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['batches']:,} | {r['tick_without_cursor_s']:.3f} s | {r['tick_with_cursor_s']:.3f} s | "
-              f"{r['cursor_bytes']:,} B | {r['pending_batches']} |")  # fmt: skip
     print(f"results: {RESULTS}")
 
 
