@@ -13,6 +13,11 @@ position is in the cache" holds because a read covers a contiguous range from th
 watermark, every transaction below which has ended (`ledger.read_ledger_records` waits for that). A recreated
 ledger has a new topic id, so its cache starts empty. The index is a cache: when it cannot be reached, the ledger
 is read from the start, with a warning.
+
+A cache left more than the ledger's `delete.retention.ms` (24 h by default) behind can miss a tombstone that
+compaction has dropped meanwhile. The ledger's only tombstones retire the progress record of a batch whose
+completion record is written in the same transaction, and a completion record always wins over a progress
+record, so such a stale progress record changes no decision.
 """
 
 from __future__ import annotations
