@@ -168,5 +168,9 @@ def test_the_carried_backlog_equals_the_one_counted_from_every_materialization(m
             cursor = result.cursor
             carried = BacklogState.from_cursor(cursor)
             full = untrained_backlog(instance)
-            assert f"{full.tokens} untrained tokens" in result.skip_reason.skip_message, (step, result.skip_reason, full)
+            assert f"{full.tokens} untrained tokens" in result.skip_reason.skip_message, (
+                step,
+                result.skip_reason,
+                full,
+            )
             assert carried.after == full.newest_id
