@@ -40,7 +40,7 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
         while pending:
             if time.monotonic() > deadline:
                 raise ProducedDataMismatchError(f"{topic}: ranges {pending} not fully readable within {timeout_s:g}s")
-            for msg in consumer.consume(num_messages=1000, timeout=0.5):
+            for msg in consumer.consume(num_messages=1000, timeout=0.05):  # see ledger.read_ledger_records
                 p = msg.partition()
                 err = msg.error()
                 if err is not None:
