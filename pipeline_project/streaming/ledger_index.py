@@ -139,7 +139,8 @@ class PostgresLedgerIndex:
     def update(self, ledger_id: str, changes: Changes, positions: dict[int, int]) -> None:
         from psycopg2.extras import execute_values
 
-        rows = [(ledger_id, k, p, off, v) for k, (p, off, v) in changes.items()]
+        # in key order, so two readers upserting overlapping keys lock them in the same order (no deadlock)
+        rows = [(ledger_id, k, p, off, v) for k, (p, off, v) in sorted(changes.items())]
         with self._cursor() as cur:
             if rows:
                 execute_values(

@@ -6,6 +6,7 @@ cache's writes are idempotent and only move forward."""
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -129,3 +130,37 @@ def test_the_caches_writes_are_idempotent_and_only_move_forward(pg_url):
     a.update("L", {"k": (0, 7, b"new")}, {0: 9})  # the same read again
     assert b.snapshot("L", ["k", "t", "never"]) == ({0: 9}, {"k": b"new", "t": None})
     assert a.snapshot("other ledger id", ["k"]) == ({}, {})
+
+
+def test_batches_produced_at_once_each_with_its_own_index_connection_agree_with_a_full_read(stack, pg_url):
+    """Four producers at once, each reading and updating the index through its own connection, twice over (the
+    second round finds every batch through the index and produces nothing)."""
+    s = kafka_settings(stack)
+    topic = unique_topic("ledger-concurrent")
+    ensure_topic(s.make_admin(), topic, partitions=2)
+    keys = [f"b{i}" for i in range(4)]
+
+    def produce(key: str, reports: dict, errors: list) -> None:
+        try:
+            index = PostgresLedgerIndex(pg_url)
+            reports[key] = _produce(s, topic, key, index, seed=int(key[1:]))
+            index.close()
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    for round_ in range(2):
+        reports: dict[str, object] = {}
+        errors: list[BaseException] = []
+        threads = [threading.Thread(target=produce, args=(k, reports, errors)) for k in keys]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert all(reports[k].reused == (round_ == 1) for k in keys)
+    full = read_ledger_records(s, topic)
+    assert sorted(full.completed) == keys
+    fresh = PostgresLedgerIndex(pg_url)
+    for k in keys:
+        via_index = read_ledger_records(s, topic, keys=[k], index=fresh)
+        assert _as_json(via_index) == ({k: full.completed[k].to_ledger_json()}, {})
