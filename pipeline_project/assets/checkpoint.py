@@ -21,13 +21,12 @@ import math
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from pipeline_project.assets.backlog import load_training_state, save_training_state, untrained_backlog
 from pipeline_project.assets.partitions import (
     RUN_KIND_TAG,
     TRAINING_POOL,
     TRAINING_RUN_TAGS,
     latest_materialization_metadata,
-    plain_metadata,
-    untrained_share,
 )
 from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.resources.kafka import KafkaResource
@@ -45,20 +44,18 @@ IN_FLIGHT = [
 ]
 
 
-def topic_batches(instance: dg.DagsterInstance, topic: str) -> dict[str, dict]:
-    """Batch -> offset ranges ({partition: [first, last]}) of the newest `token_blocks` materialization of each
-    batch that produced into `topic` (one without a `topic` entry counts too), in batch order."""
-    latest: dict[str, dict] = {}
-    cursor = None
-    while True:
-        page = instance.fetch_materializations(token_blocks.key, limit=500, cursor=cursor, ascending=True)
-        for record in page.records:
-            meta = plain_metadata(record.asset_materialization)
-            if record.asset_materialization.partition and meta.get("topic", topic) == topic:
-                latest[record.asset_materialization.partition] = meta.get("offset_ranges") or {}
-        if not page.has_more:
-            return dict(sorted(latest.items()))
-        cursor = page.cursor
+def untrained_topic_batches(instance: dg.DagsterInstance, topic: str) -> dict[str, dict]:
+    """Batch -> offset ranges of the batches of `topic` (or of no recorded topic) that the newest checkpoint has not
+    wholly trained: what this run can read. The count is carried over from the previous run's (`assets.backlog`), so
+    it reads the materializations since then, not every batch ever."""
+    state = load_training_state(instance)
+    untrained_backlog(instance, state)
+    save_training_state(instance, state)
+    return {
+        batch: ranges or {}
+        for batch, (_id, _tokens, ranges, batch_topic) in sorted(state.pending.items())
+        if batch_topic in (None, topic)
+    }
 
 
 def is_training_run(run: dg.DagsterRun) -> bool:
@@ -115,13 +112,7 @@ def deepseek_checkpoint(
     from pipeline_project.cleaning.publish import manifest_key
 
     refuse_if_another_run_trains(context.instance, context.run.run_id)
-    # the batches this run can read: those the newest checkpoint has not wholly trained (not every batch ever)
-    position = latest_materialization_metadata(context.instance, deepseek_checkpoint.key).get("end_position")
-    batches = {
-        b: ranges
-        for b, ranges in topic_batches(context.instance, layout.topic).items()
-        if not isinstance(position, dict) or untrained_share(ranges, position) > 0
-    }
+    batches = untrained_topic_batches(context.instance, layout.topic)
     job = trainer.job_config(
         kafka=kafka.settings(),
         topic=layout.topic,

@@ -18,110 +18,14 @@ cursor (`BacklogState`) holds the newest materialization taken and the batches n
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-
 import dagster as dg
 
+from pipeline_project.assets.backlog import Backlog, BacklogState, untrained_backlog
 from pipeline_project.assets.checkpoint import IN_FLIGHT, deepseek_checkpoint, training_runs
-from pipeline_project.assets.partitions import TRAINING_RUN_TAGS, plain_metadata, untrained_share
-from pipeline_project.assets.token_blocks import token_blocks
+from pipeline_project.assets.partitions import TRAINING_RUN_TAGS, untrained_share
 from pipeline_project.settings import Settings
 
-
-@dataclass(frozen=True)
-class Backlog:
-    tokens: int  # untrained tokens, estimated as the module docstring says
-    batches: int  # batches with untrained tokens
-    checkpoint_id: int  # storage id of the newest checkpoint materialization (0: none)
-    newest_id: int  # storage id of the newest token_blocks materialization (0: none)
-
-    @property
-    def run_key(self) -> str:
-        """The same data and checkpoint give the same key, so the same backlog is requested once."""
-        return f"ckpt-{self.checkpoint_id}-tokens-upto-{self.newest_id}"
-
-
-@dataclass
-class BacklogState:
-    """What the trigger keeps between ticks (its cursor), so a tick reads the materializations since the last one,
-    not every batch ever: the newest token_blocks materialization taken (`after`, a storage id), the checkpoint
-    it pruned with, and the batches not wholly trained at that checkpoint (batch -> [storage id, tokens, offset
-    ranges or None]). A batch wholly behind a checkpoint's position stays trained while positions only move
-    forward; when the newest checkpoint's position is behind the one pruned with (another lineage, a reset), the
-    state is rebuilt from every materialization."""
-
-    after: int = 0
-    checkpoint_id: int = 0
-    position: dict | None = None
-    pending: dict[str, list] = field(default_factory=dict)
-
-    def to_cursor(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
-
-    @classmethod
-    def from_cursor(cls, cursor: str | None) -> BacklogState:
-        try:
-            return cls(**json.loads(cursor)) if cursor else cls()
-        except (TypeError, ValueError):  # a cursor of an earlier version: rebuild
-            return cls()
-
-    def follows(self, checkpoint_id: int, position: dict | None) -> bool:
-        """May this state's pruning stand under the newest checkpoint (`checkpoint_id`, `position`)?"""
-        if checkpoint_id < self.checkpoint_id:
-            return False
-        if self.position is None:
-            return True
-        if position is None:
-            return False
-        return all(_offset(position, p) >= _offset(self.position, p) for p in self.position)
-
-
-def _offset(position: dict, partition: str) -> int:
-    return int((position.get(str(partition)) or {}).get("offset", 0))
-
-
-def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None = None) -> Backlog:
-    """What of the topic the newest checkpoint has not trained on; `state` (updated in place) carries it over."""
-    state = state if state is not None else BacklogState()
-    last_ckpt = instance.fetch_materializations(deepseek_checkpoint.key, limit=1).records
-    checkpoint_id = last_ckpt[0].storage_id if last_ckpt else 0
-    position = plain_metadata(last_ckpt[0].asset_materialization).get("end_position") if last_ckpt else None
-    position = position if isinstance(position, dict) else None
-    if not state.follows(checkpoint_id, position):
-        state.after, state.pending = 0, {}
-    for storage_id, batch, meta in _materializations_after(instance, state.after):
-        ranges = meta.get("offset_ranges")
-        state.pending[batch] = [storage_id, int(meta.get("tokens") or 0), ranges if isinstance(ranges, dict) else None]
-        state.after = storage_id
-    state.checkpoint_id, state.position = checkpoint_id, position
-    tokens, batches = 0.0, 0
-    for batch, (storage_id, batch_tokens, ranges) in list(state.pending.items()):
-        if ranges is not None and position is not None:
-            share = untrained_share(ranges, position)
-        else:  # no position (no checkpoint yet) or no ranges to compare: untrained if newer than the checkpoint
-            share = 1.0 if storage_id > checkpoint_id else 0.0
-        if share == 0.0:
-            del state.pending[batch]  # trained, and stays so while positions move forward
-        elif batch_tokens > 0:
-            tokens += share * batch_tokens
-            batches += 1
-    return Backlog(tokens=round(tokens), batches=batches, checkpoint_id=checkpoint_id, newest_id=state.after)
-
-
-def _materializations_after(instance: dg.DagsterInstance, after: int) -> Iterator[tuple[int, str, dict]]:
-    """(storage id, batch, metadata) of the token_blocks materializations after storage id `after`, oldest first."""
-    records_filter = dg.AssetRecordsFilter(asset_key=token_blocks.key, after_storage_id=after or None)
-    cursor = None
-    while True:
-        page = instance.fetch_materializations(records_filter, limit=500, cursor=cursor, ascending=True)
-        for rec in page.records:
-            if rec.asset_materialization.partition:
-                yield rec.storage_id, rec.asset_materialization.partition, plain_metadata(rec.asset_materialization)
-        if not page.has_more:
-            return
-        cursor = page.cursor
+__all__ = ["Backlog", "BacklogState", "checkpoint_trigger_sensor", "untrained_backlog", "untrained_share"]
 
 
 @dg.sensor(

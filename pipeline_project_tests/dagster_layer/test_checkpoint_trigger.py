@@ -174,3 +174,26 @@ def test_the_carried_backlog_equals_the_one_counted_from_every_materialization(m
                 full,
             )
             assert carried.after == full.newest_id
+
+
+def test_a_training_run_lists_the_untrained_batches_of_its_topic_from_the_previous_runs_count(monkeypatch):
+    from pipeline_project.assets.checkpoint import untrained_topic_batches
+
+    with dg.instance_for_test() as instance:
+        for i in range(20):
+            _produced(instance, f"b{i:02d}", 100, {"0": [10 * i, 10 * i + 9]})
+        _checkpoint(instance, {"0": {"offset": 185, "block": 0}})  # b00..b17 trained, b18 half
+        reads = _count_token_blocks_reads(instance, monkeypatch)
+        assert untrained_topic_batches(instance, "token-blocks") == {"b18": {"0": [180, 189]}, "b19": {"0": [190, 199]}}
+        assert sum(reads) == 20
+        reads.clear()
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(
+                "token_blocks",
+                partition="other",
+                metadata={"tokens": 5, "offset_ranges": {"0": [0, 0]}, "topic": "another-topic"},
+            )
+        )
+        _checkpoint(instance, {"0": {"offset": 190, "block": 0}})
+        assert untrained_topic_batches(instance, "token-blocks") == {"b19": {"0": [190, 199]}}
+        assert sum(reads) == 1  # the one materialization since the previous run's count
