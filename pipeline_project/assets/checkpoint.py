@@ -21,7 +21,12 @@ import math
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.assets.backlog import load_training_state, save_training_state, untrained_backlog
+from pipeline_project.assets.backlog import (
+    CHECKPOINT_KEY,
+    load_training_state,
+    save_training_state,
+    untrained_backlog,
+)
 from pipeline_project.assets.partitions import (
     RUN_KIND_TAG,
     TRAINING_POOL,
@@ -34,7 +39,6 @@ from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.resources.trainer import TrainerResource
 
-CHECKPOINT_KEY = dg.AssetKey("deepseek_checkpoint")
 EXECUTING = [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 IN_FLIGHT = [
     dg.DagsterRunStatus.NOT_STARTED,

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipeline_project.assets.backlog import Backlog, BacklogState, untrained_backlog
+from pipeline_project.assets.backlog import BacklogState, untrained_backlog
 from pipeline_project.assets.checkpoint import IN_FLIGHT, deepseek_checkpoint, training_runs
-from pipeline_project.assets.partitions import TRAINING_RUN_TAGS, untrained_share
+from pipeline_project.assets.partitions import TRAINING_RUN_TAGS
 from pipeline_project.settings import Settings
-
-__all__ = ["Backlog", "BacklogState", "checkpoint_trigger_sensor", "untrained_backlog", "untrained_share"]
 
 
 @dg.sensor(

@@ -4,12 +4,9 @@ import random
 
 import dagster as dg
 
-from pipeline_project.sensors.checkpoint_trigger import (
-    BacklogState,
-    checkpoint_trigger_sensor,
-    untrained_backlog,
-    untrained_share,
-)
+from pipeline_project.assets.backlog import BacklogState, untrained_backlog
+from pipeline_project.assets.partitions import untrained_share
+from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 
 
 def _produced(instance, batch: str, tokens: int, ranges: dict, reused: bool = False):
