@@ -5,7 +5,9 @@ Two ways out, one set of names (every one prefixed `pipeline_`):
 - long-lived processes (the trainer, one per rank) serve `/metrics` with `serve_metrics(port, local_rank)`
   (port `base + local_rank`; 0 or None: off) and record into `METRICS`, the process's default set;
 - short-lived ones (a Dagster step cleaning or producing one batch) record into a fresh `PipelineMetrics()` and
-  `push()` it to a Pushgateway, grouped by job and batch, since nothing could scrape them before they exit.
+  `push_job_totals()` it to a Pushgateway, since nothing could scrape them before they exit: one group per job
+  (never per batch, so the series do not grow with history), whose counters are the job's totals over every
+  batch, kept in PostgreSQL by `metric_totals.MetricTotals`, and whose gauges are the last batch's.
 
 The loader commits no offsets (`assign()`, offsets in the checkpoint), so lag exporters that read consumer groups
 see nothing: `record_loader` exports the lag per partition itself.
@@ -14,10 +16,22 @@ see nothing: `record_loader` exports the lag per partition itself.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, push_to_gateway, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    push_to_gateway,
+    pushadd_to_gateway,
+    start_http_server,
+)
+from prometheus_client.metrics_core import Metric
+
+from pipeline_project.metric_totals import MetricTotals, MetricTotalsUnavailableError, Series
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +95,11 @@ class PipelineMetrics:
             registry=r,
         )  # fmt: skip
         self.dropped = Counter("pipeline_cleaning_dropped", "Documents dropped, by reason", ["reason"], registry=r)
+        # any pushed step
+        self.batch_last_success = Gauge(
+            "pipeline_batch_last_success_timestamp_seconds", "When a step last pushed a finished batch (Unix time)",
+            ["asset"], registry=r,
+        )  # fmt: skip
 
     def names(self) -> set[str]:
         """The name of every series this set can export: counters' `_total`, histograms' `_bucket`, ..."""
@@ -143,17 +162,73 @@ class PipelineMetrics:
         for reason, n in dropped_by_reason.items():
             self.dropped.labels(str(reason)).inc(int(n))
 
-    # -- out ---------------------------------------------------------------------------------------------------
-    def push(self, gateway: str | None, job: str, grouping_key: Mapping[str, str], timeout: float = 5.0) -> bool:
-        """Replace this job+group's metrics on the Pushgateway; best effort (a warning, never an error)."""
-        if not gateway:
-            return False
-        try:
-            push_to_gateway(gateway, job=job, registry=self.registry, grouping_key=dict(grouping_key), timeout=timeout)
-            return True
-        except Exception as exc:  # noqa: BLE001 - metrics must never fail the work they describe
-            log.warning("could not push metrics to %s (%s: %s)", gateway, type(exc).__name__, exc)
-            return False
+    def counter_samples(self) -> dict[Series, float]:
+        """Every counter sample recorded here (`..._total`, labels sorted)."""
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): float(s.value)
+            for family in self.registry.collect()
+            if family.type == "counter"
+            for s in family.samples
+            if s.name.endswith("_total")
+        }
+
+
+class _Snapshot:
+    """A collector that yields metric families built elsewhere (what one push sends)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+def _snapshot(metrics: PipelineMetrics, totals: Mapping[Series, float] | None) -> CollectorRegistry:
+    """`metrics`' gauges, and `totals` as the counters (none when None)."""
+    families = [f for f in metrics.registry.collect() if f.type == "gauge" and f.samples]
+    if totals:
+        docs = {f.name: f.documentation for f in PipelineMetrics().registry.collect() if f.type == "counter"}
+        counters: dict[str, Metric] = {}
+        for (name, labels), value in sorted(totals.items()):
+            base = name.removesuffix("_total")
+            family = counters.setdefault(base, Metric(base, docs.get(base, base), "counter"))
+            family.add_sample(name, dict(labels), value)
+        families += counters.values()
+    registry = CollectorRegistry()
+    registry.register(_Snapshot(families))
+    return registry
+
+
+def push_job_totals(
+    metrics: PipelineMetrics, *, gateway: str | None, job: str, batch: str, asset: str, totals_url: str,
+    timeout: float = 5.0,
+) -> bool:  # fmt: skip
+    """Add `batch`'s counters to `job`'s totals and push the totals and `metrics`' gauges as group `job`.
+
+    Idempotent per batch: a retried step pushes the same totals again. Best effort: a Pushgateway or database
+    that does not answer is a warning, never an error. Without the database the batch's gauges are pushed
+    and the job's counters stay as last pushed.
+    """
+    if not gateway:
+        return False
+    metrics.batch_last_success.labels(asset).set(time.time())
+    try:
+        with MetricTotals(totals_url) as store:
+            store.add(job, batch, metrics.counter_samples())
+            with store.locked(job) as totals:  # pushed under the job's lock: no older total lands after a newer one
+                return _push(push_to_gateway, gateway, job, _snapshot(metrics, totals), timeout)
+    except MetricTotalsUnavailableError as exc:
+        log.warning("metrics: %s; pushing batch %s's gauges only, %s's counters stay as last pushed", exc, batch, job)
+        return _push(pushadd_to_gateway, gateway, job, _snapshot(metrics, None), timeout)
+
+
+def _push(how, gateway: str, job: str, registry: CollectorRegistry, timeout: float) -> bool:
+    try:
+        how(gateway, job=job, registry=registry, timeout=timeout)
+        return True
+    except Exception as exc:  # noqa: BLE001 - metrics must never fail the work they describe
+        log.warning("could not push metrics to %s (%s: %s)", gateway, type(exc).__name__, exc)
+        return False
 
 
 METRICS = PipelineMetrics()

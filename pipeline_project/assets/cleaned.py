@@ -94,7 +94,9 @@ def cleaned_shards(
     publish.delete_superseded(client, layout.bucket, previous, shard_manifest)
 
     context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {workers} filter workers")
-    push_batch_metrics("pipeline_cleaning", batch_id, lambda m: m.record_cleaning(out.counts, out.dropped_by_reason))
+    push_batch_metrics(
+        "pipeline_cleaning", "cleaned_shards", batch_id, lambda m: m.record_cleaning(out.counts, out.dropped_by_reason)
+    )
     return dg.MaterializeResult(
         metadata={
             "documents_in": out.counts["in"],

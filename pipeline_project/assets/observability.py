@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline_project.metrics import PipelineMetrics
+from pipeline_project.metrics import PipelineMetrics, push_job_totals
 from pipeline_project.settings import Settings
 
 
-def push_batch_metrics(job: str, batch_id: str, record: Callable[[PipelineMetrics], None]) -> bool:
-    """Record into a fresh metric set and push it as `job`/`batch` (replacing an earlier attempt's push).
+def push_batch_metrics(job: str, asset: str, batch_id: str, record: Callable[[PipelineMetrics], None]) -> bool:
+    """Record this batch into a fresh metric set, add its counters to `job`'s totals and push those.
 
-    Best effort: a Pushgateway that does not answer is a warning in the log, never a failed step.
+    Best effort: a Pushgateway or database that does not answer is a warning in the log, never a failed step.
     """
+    settings = Settings()
     metrics = PipelineMetrics()
     record(metrics)
-    return metrics.push(Settings().pushgateway_url, job=job, grouping_key={"batch": batch_id})
+    return push_job_totals(
+        metrics, gateway=settings.pushgateway_url, job=job, batch=batch_id, asset=asset,
+        totals_url=settings.postgres_url,
+    )  # fmt: skip

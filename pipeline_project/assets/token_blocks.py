@@ -71,7 +71,7 @@ def token_blocks(
         content_hash=manifest.content_hash(),
         max_message_bytes=layout.message_bytes,
     )
-    push_batch_metrics("pipeline_produce", batch_id, lambda m: m.record_produce(report))
+    push_batch_metrics("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
     ranges = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
     stage = {f"seconds_{k}": round(float(v), 4) for k, v in (report.stage_seconds or {}).items()}
     mlflow_url = None

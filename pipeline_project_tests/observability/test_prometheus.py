@@ -73,7 +73,9 @@ def _materialize_ingest(instance, resources, layout, s3) -> str:
     assets = [raw.raw_text, cleaned.cleaned_shards, token_blocks.token_blocks]
     result = dg.materialize(assets, resources=resources, partition_key=batch, instance=instance)
     assert result.success
-    return batch, result.run_id
+    cleaned_md = result.asset_materializations_for_node("cleaned_shards")[0].metadata
+    produced_md = result.asset_materializations_for_node("token_blocks")[0].metadata
+    return batch, result.run_id, cleaned_md["kept"].value, produced_md["messages"].value
 
 
 def _assert_ingest_run_tagged(tracking_uri: str, batch: str, run_id: str) -> None:
@@ -103,18 +105,24 @@ def test_prometheus_sees_ingest_and_trainer_series_move(prometheus, instance, re
     try:
         assert worker.stdout.readline().strip() == "serving"
         targets.write_text(json.dumps([{"targets": [f"{cfg.host}:{port}"], "labels": {"test": uid}}]))
-        batch, run_id = _materialize_ingest(instance, resources, layout, s3)
+        kept_sel, produced_sel = 'pipeline_cleaning_documents_total{outcome="kept"}', "pipeline_produce_messages_total"
+        kept_before, produced_before = _value(_query(cfg, kept_sel)), _value(_query(cfg, produced_sel))
+        batch, run_id, kept_in, messages = _materialize_ingest(instance, resources, layout, s3)
         _assert_ingest_run_tagged(resources["mlflow"].tracking_uri, batch, run_id)
 
-        # the ingest steps' pushes, scraped from the Pushgateway with their job and batch labels
-        sel = f'batch="{batch}"'
-        kept = _wait_for(cfg, f'pipeline_cleaning_documents_total{{{sel},outcome="kept"}}', lambda r: _value(r) > 0)
+        # the ingest steps' pushes: one group per job, whose counters are totals over every batch (this one's
+        # counts included) and whose gauges are the last batch's; no series carries a batch label
+        kept = _wait_for(cfg, kept_sel, lambda r: _value(r) >= kept_before + kept_in > kept_before)
         assert kept[0]["metric"]["job"] == "pipeline_cleaning"
-        assert _wait_for(cfg, f"pipeline_cleaning_dropped_total{{{sel}}}", bool)
-        produced = _wait_for(cfg, f"pipeline_produce_messages_total{{{sel}}}", lambda r: _value(r) > 0)
-        assert produced[0]["metric"]["job"] == "pipeline_produce" and produced[0]["metric"]["topic"] == layout.topic
-        assert _value(_wait_for(cfg, f"pipeline_produce_bytes_total{{{sel}}}", bool)) > 0
-        assert _wait_for(cfg, f'pipeline_kafka_broker_rtt_seconds{{{sel},stat="avg"}}', bool)
+        assert _wait_for(cfg, "pipeline_cleaning_dropped_total", bool)
+        produced = _wait_for(cfg, produced_sel, lambda r: _value(r) >= produced_before + messages > produced_before)
+        assert produced[0]["metric"]["job"] == "pipeline_produce"
+        assert layout.topic in {r["metric"]["topic"] for r in produced}
+        assert _value(_wait_for(cfg, f'pipeline_produce_bytes_total{{topic="{layout.topic}"}}', bool)) > 0
+        assert _wait_for(cfg, 'pipeline_kafka_broker_rtt_seconds{stat="avg"}', bool)
+        stamps = _wait_for(cfg, "pipeline_batch_last_success_timestamp_seconds", lambda r: len(r) >= 2)
+        assert {r["metric"]["asset"] for r in stamps} >= {"cleaned_shards", "token_blocks"}
+        assert not _query(cfg, '{__name__=~"pipeline_(cleaning|produce|batch)_.+", batch!=""}')
 
         # the trainer rank's /metrics, scraped every 2 s: its token counter moves between two scrapes
         tokens = f'pipeline_train_tokens_total{{test="{uid}",rank="0"}}'
