@@ -20,6 +20,8 @@ import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from pipeline_project.pg_schema import SchemaConnection
+
 Series = tuple[str, tuple[tuple[str, str], ...]]
 """A sample's name and its sorted labels: ("pipeline_cleaning_documents_total", (("outcome", "kept"),))."""
 
@@ -58,10 +60,10 @@ class MetricTotals:
     """Counter totals per job in schema `schema` of the PostgreSQL server at `url`."""
 
     def __init__(self, url: str, schema: str = "pipeline_metrics", connect_timeout_s: int = 5):
-        if not schema.replace("_", "").isalnum():
-            raise ValueError(f"metric totals schema {schema!r}: letters, digits and _ only")
-        self.url, self.schema, self.connect_timeout_s = url, schema, connect_timeout_s
-        self._conn = None
+        self._db = SchemaConnection(
+            url, schema, _SCHEMA, what="metric totals", error=MetricTotalsUnavailableError,
+            connect_timeout_s=connect_timeout_s,
+        )  # fmt: skip
 
     def __enter__(self) -> MetricTotals:
         return self
@@ -69,36 +71,9 @@ class MetricTotals:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _connect(self):
-        import psycopg2
-
-        if self._conn is None or self._conn.closed:
-            try:
-                self._conn = psycopg2.connect(
-                    self.url, connect_timeout=self.connect_timeout_s, options=f"-c search_path={self.schema}"
-                )
-                with self._conn, self._conn.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.metric_totals_schema'))")
-                    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                    cur.execute(_SCHEMA)
-            except psycopg2.Error as exc:
-                self.close()
-                raise MetricTotalsUnavailableError(f"metric totals database unreachable: {_first_line(exc)}") from None
-        return self._conn
-
-    @contextmanager
     def _transaction(self, job: str):
         """One transaction holding `job`'s lock (released at commit or rollback)."""
-        import psycopg2
-
-        conn = self._connect()
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"pipeline_project.metric_totals:{job}",))
-                yield cur
-        except psycopg2.Error as exc:
-            self.close()
-            raise MetricTotalsUnavailableError(f"metric totals database failed: {_first_line(exc)}") from None
+        return self._db.transaction(lock=f"metric_totals:{job}")
 
     def add(self, job: str, key: str, counters: Mapping[Series, float]) -> dict[Series, float]:
         """Record `key`'s counters; returns what was added to the totals (growth beyond `key`'s earlier record)."""
@@ -139,11 +114,4 @@ class MetricTotals:
             yield {parse_series(s): float(v) for s, v in cur.fetchall()}
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+        self._db.close()

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from contextlib import contextmanager
 from typing import Protocol
 
+from pipeline_project.pg_schema import SchemaConnection
 from pipeline_project.streaming.errors import StreamingError
 
 log = logging.getLogger(__name__)
@@ -92,42 +92,14 @@ class PostgresLedgerIndex:
     """The cache in PostgreSQL (the server that holds the dedup index), in schema `schema`."""
 
     def __init__(self, url: str, schema: str = "kafka_ledger", connect_timeout_s: int = 10):
-        if not schema.replace("_", "").isalnum():
-            raise ValueError(f"ledger index schema {schema!r}: letters, digits and _ only")
-        self.url, self.schema, self.connect_timeout_s = url, schema, connect_timeout_s
-        self._conn = None
-
-    def _connect(self):
-        import psycopg2
-
-        if self._conn is None or self._conn.closed:
-            try:
-                self._conn = psycopg2.connect(
-                    self.url, connect_timeout=self.connect_timeout_s, options=f"-c search_path={self.schema}"
-                )
-                with self._conn, self._conn.cursor() as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.ledger_schema'))")
-                    cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                    cur.execute(_SCHEMA)
-            except psycopg2.Error as exc:
-                self.close()
-                raise LedgerIndexUnavailableError(f"ledger index database unreachable: {_first_line(exc)}") from None
-        return self._conn
-
-    @contextmanager
-    def _cursor(self):
-        import psycopg2
-
-        conn = self._connect()
-        try:
-            with conn, conn.cursor() as cur:  # one transaction
-                yield cur
-        except psycopg2.Error as exc:
-            self.close()
-            raise LedgerIndexUnavailableError(f"ledger index database failed: {_first_line(exc)}") from None
+        self._db = SchemaConnection(
+            url, schema, _SCHEMA, what="ledger index", error=LedgerIndexUnavailableError,
+            connect_timeout_s=connect_timeout_s,
+        )  # fmt: skip
+        self.url, self.schema = url, schema
 
     def snapshot(self, ledger_id: str, keys: Collection[str]) -> tuple[dict[int, int], dict[str, bytes | None]]:
-        with self._cursor() as cur:
+        with self._db.transaction() as cur:
             cur.execute("SELECT kafka_partition, next_offset FROM ledger_positions WHERE ledger_id = %s", (ledger_id,))
             positions = dict(cur.fetchall())
             cur.execute(
@@ -141,7 +113,7 @@ class PostgresLedgerIndex:
 
         # in key order, so two readers upserting overlapping keys lock them in the same order (no deadlock)
         rows = [(ledger_id, k, p, off, v) for k, (p, off, v) in sorted(changes.items())]
-        with self._cursor() as cur:
+        with self._db.transaction() as cur:
             if rows:
                 execute_values(
                     cur,
@@ -162,11 +134,4 @@ class PostgresLedgerIndex:
             )
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+        self._db.close()
