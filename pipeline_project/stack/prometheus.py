@@ -1,8 +1,9 @@
 """Prometheus and its Pushgateway, from Debian's `prometheus` and `prometheus-pushgateway` packages.
 
-One service, two processes: the Pushgateway holds what short-lived Dagster steps push (`metrics.push`), the server
-scrapes it, itself, and the trainer ranks listed in `prometheus/targets/*.json` (file service discovery). The
-scrape config is `deploy/prometheus/prometheus.yml`, rendered into the state dir at start. Not a default service:
+One service, two processes: the Pushgateway holds what short-lived Dagster steps push (`metrics.push_job_totals`),
+the server scrapes it, itself, and the trainer ranks listed in `prometheus/targets/*.json` (file service
+discovery), and evaluates the alerting rules of `deploy/prometheus/alerts.yml`. The scrape config is
+`deploy/prometheus/prometheus.yml`, rendered into the state dir at start. Not a default service:
 `pipeline-project stack up --services prometheus`.
 """
 
@@ -81,12 +82,13 @@ class PrometheusService(Service):
                 raise StackError(f"{binary} is not installed: run scripts/setup.sh (it installs Debian's {binary})")
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.config
-        template = Template((cfg.repo_root / "deploy" / "prometheus" / "prometheus.yml").read_text())
+        deploy = cfg.repo_root / "deploy" / "prometheus"
         self.config_file.write_text(
-            template.substitute(
+            Template((deploy / "prometheus.yml").read_text()).substitute(
                 prometheus=f"{cfg.host}:{cfg.prometheus_port}",
                 pushgateway=f"{cfg.host}:{cfg.pushgateway_port}",
                 targets_dir=str(self.targets_dir),
+                rules=str(deploy / "alerts.yml"),
             )
         )
         base = Settings().metrics_port
