@@ -85,10 +85,11 @@ class TopicMissingError(TopicError, ValueError):
 class DeliveryError(StreamingError, RuntimeError):
     """A produced message was not delivered (or was still undelivered when a flush timed out)."""
 
-    def __init__(self, topic: str, partition: int | None, error: Any):
+    def __init__(self, topic: str, partition: int | None, error: Any, kafka_error: Any = None):
         self.topic = topic
         self.partition = partition
         self.error = error
+        self.kafka_error = kafka_error  # the confluent_kafka.KafkaError of the delivery report, when there was one
         where = f"{topic}[{partition}]" if partition is not None and partition >= 0 else topic
         super().__init__(f"delivery to {where} failed: {error}")
 

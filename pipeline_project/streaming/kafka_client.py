@@ -292,7 +292,7 @@ class DeliveryTracker:
 
     def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            self.failures.append(DeliveryError(msg.topic(), msg.partition(), err.str()))
+            self.failures.append(DeliveryError(msg.topic(), msg.partition(), err.str(), kafka_error=err))
             return
         key = (msg.topic(), msg.partition())
         off = msg.offset()

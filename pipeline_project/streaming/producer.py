@@ -103,6 +103,8 @@ class ProducerConfig(BaseModel):
     # covers producing one staged chunk (never reading or tokenizing); >= the producer's delivery.timeout.ms
     transaction_timeout_ms: int = Field(default=180_000, gt=0)
     flush_timeout_s: float = Field(default=300.0, gt=0)
+    # a transaction that an abort clears (a partition leader moved mid-transaction) is produced again in process
+    abortable_retries: int = Field(default=3, ge=0)
     ledger_read_timeout_s: float = Field(default=30.0, gt=0)
     visibility_timeout_s: float = Field(default=60.0, gt=0)  # commit -> visible to read_committed readers
     statistics_interval_ms: int = Field(default=500, ge=0)
@@ -191,6 +193,7 @@ def produce_blocks(
         producer, txid=txid, topic=topic, ledger_key=ledger_key, partitions=conn.partitions,
         start=xxhash.xxh64_intdigest(ledger_key.encode()) % len(conn.partitions),
         totals=BatchTotals.from_progress(progress), flush_timeout_s=config.flush_timeout_s,
+        abortable_retries=config.abortable_retries,
     )  # fmt: skip
     encoder = MessageEncoder(tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source,
                              seq_len=seq_len, hasher=hasher)  # fmt: skip

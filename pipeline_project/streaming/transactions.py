@@ -6,19 +6,24 @@ record an interrupted attempt left). `write_chunk` produces one staged chunk (`s
 round robin over the partitions, continuing the message count so the partitions are those of an
 uninterrupted run, then the ledger record the caller builds from the updated totals (progress, or
 the completion record for the last chunk), and commits. `write_completion` commits the completion
-record alone. Any failure inside a transaction aborts it and re-raises; the committed totals stay
-as they were.
+record alone. Any failure inside a transaction aborts it; the committed totals stay as they were.
+A failure that the abort clears (`abortable`: librdkafka's "requires epoch bump" when a partition
+leader moves mid-transaction, and the messages it purged then) is produced again, up to
+`abortable_retries` times, as the transactional API intends; any other failure is re-raised, and the
+caller's retry resumes after the committed transactions.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
+from pipeline_project.streaming.errors import DeliveryError
 from pipeline_project.streaming.kafka_client import DeliveryTracker, flush_or_raise
 from pipeline_project.streaming.ledger import ProduceReport, ProgressRecord, ledger_topic, merge_ranges, progress_key
 from pipeline_project.streaming.staging import Chunk
@@ -88,6 +93,7 @@ class BatchTransactions:
         start: int,
         totals: BatchTotals,
         flush_timeout_s: float,
+        abortable_retries: int = 3,
     ):
         self.producer = producer
         self.txid = txid
@@ -98,10 +104,32 @@ class BatchTransactions:
         self.start = start
         self.totals = totals
         self.flush_timeout_s = flush_timeout_s
+        self.abortable_retries = abortable_retries
+        self.retried = 0  # transactions aborted and produced again
         self.tracker = DeliveryTracker()  # this attempt's deliveries: data and ledger offsets
+        self._aborted = False  # the last failed transaction's abort went through
 
     def write_chunk(self, chunk: Chunk, record: Callable[[BatchTotals], ProduceReport | ProgressRecord]) -> None:
         """One transaction: the chunk's messages, then `record(totals after the chunk)` in the ledger; commit."""
+        self._retrying(lambda: self._write_chunk(chunk, record))
+
+    def write_completion(self, report: ProduceReport) -> None:
+        """One transaction holding only the completion record (empty input, or all chunks committed earlier)."""
+        self._retrying(lambda: self._write_completion(report))
+
+    def _retrying(self, write: Callable[[], None]) -> None:
+        for attempt in range(1, self.abortable_retries + 2):
+            try:
+                return write()
+            except Exception as exc:
+                if attempt > self.abortable_retries or not self._aborted or not abortable(exc):
+                    raise
+                self.retried += 1
+                log.warning("transaction %s aborted (%s); producing it again (retry %d of %d)", self.txid, exc,
+                            attempt, self.abortable_retries)  # fmt: skip
+                time.sleep(0.5 * attempt)
+
+    def _write_chunk(self, chunk: Chunk, record: Callable[[BatchTotals], ProduceReport | ProgressRecord]) -> None:
         t = self.totals
         self.producer.begin_transaction()
         try:
@@ -116,13 +144,12 @@ class BatchTransactions:
             flush_or_raise(self.producer, chunk_tracker, self.flush_timeout_s)
             self.producer.commit_transaction(self.flush_timeout_s)
         except BaseException:
-            self._abort_quietly()
+            self._aborted = self._abort_quietly()
             raise
         self.totals = replace(after, progress_written=t.progress_written or not chunk.last)
         self._merge(chunk_tracker)
 
-    def write_completion(self, report: ProduceReport) -> None:
-        """One transaction holding only the completion record (empty input, or all chunks committed earlier)."""
+    def _write_completion(self, report: ProduceReport) -> None:
         self.producer.begin_transaction()
         try:
             tracker = DeliveryTracker()
@@ -130,7 +157,7 @@ class BatchTransactions:
             flush_or_raise(self.producer, tracker, self.flush_timeout_s)
             self.producer.commit_transaction(self.flush_timeout_s)
         except BaseException:
-            self._abort_quietly()
+            self._aborted = self._abort_quietly()
             raise
         self._merge(tracker)
 
@@ -171,8 +198,29 @@ class BatchTransactions:
             old = self.tracker.offsets.get((topic, p), (lo, hi))
             self.tracker.offsets[(topic, p)] = (min(lo, old[0]), max(hi, old[1]))
 
-    def _abort_quietly(self) -> None:
+    def _abort_quietly(self) -> bool:
         try:
             self.producer.abort_transaction(30)
+            return True
         except KafkaException as exc:  # e.g. fenced: the broker aborts it for us
             log.warning("abort of transaction %s failed: %s", self.txid, exc)
+            return False
+
+
+# delivery failures that say nothing of the producer's health: the messages an abortable error purged
+_ABORTABLE_DELIVERY = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER}
+
+
+def abortable(exc: BaseException) -> bool:
+    """Is `exc` a transaction failure that aborting and producing the same messages again rides out?
+
+    Yes for librdkafka's abortable transaction errors (`txn_requires_abort`, e.g. "skipped sequence numbers,
+    requires epoch bump" after a leader moved) and the deliveries they purged; no for fatal errors (a fenced
+    producer), timeouts (brokers away: the caller's retry waits better), and anything that is not Kafka's."""
+    if isinstance(exc, KafkaException):
+        err = exc.args[0] if exc.args else None
+        return isinstance(err, KafkaError) and not err.fatal() and err.txn_requires_abort()
+    if isinstance(exc, DeliveryError):
+        err = exc.kafka_error
+        return isinstance(err, KafkaError) and not err.fatal() and err.code() in _ABORTABLE_DELIVERY
+    return False
