@@ -72,3 +72,22 @@ def last_stable_offsets(settings: KafkaSettings, topic: str, partitions) -> dict
     req = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
     futures = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
     return {tp.partition: f.result(timeout=10).offset for tp, f in futures.items()}
+
+
+class DeliveredMessage:
+    """What a delivery report hands its callback (confluent_kafka.Message's accessors), for tests of pure logic."""
+
+    def __init__(self, topic: str, partition: int, offset: int, value: bytes | None = b"xx"):
+        self._t, self._p, self._o, self._v = topic, partition, offset, value
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def value(self):
+        return self._v

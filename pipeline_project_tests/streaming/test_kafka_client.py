@@ -7,6 +7,8 @@ from pipeline_project.streaming.errors import DeliveryError, KafkaUnavailableErr
 from pipeline_project.streaming.kafka_client import DeliveryTracker, KafkaSettings
 from pipeline_project.streaming.kafka_stats import KafkaStats
 
+from .kafka_helpers import DeliveredMessage
+
 
 def test_producer_config_has_throughput_and_safety_defaults():
     cfg = KafkaSettings(bootstrap_servers="a:1,b:2").producer_config()
@@ -125,23 +127,6 @@ def test_kafka_stats_summary_combines_windows_and_rates():
     assert s["broker_rtt_p99_ms"] == pytest.approx(9.0)
 
 
-class _Msg:
-    def __init__(self, topic, partition, offset, value=b"xx"):
-        self._t, self._p, self._o, self._v = topic, partition, offset, value
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def value(self):
-        return self._v
-
-
 class _Err:
     def str(self):
         return "Broker: Message size too large"
@@ -150,13 +135,13 @@ class _Err:
 def test_delivery_tracker_ranges_and_failures_raise():
     tr = DeliveryTracker()
     for p, o in [(0, 5), (0, 3), (1, 10), (0, 4)]:
-        tr.on_delivery(None, _Msg("t", p, o))
-    tr.on_delivery(None, _Msg("t.ledger", 0, 7))
+        tr.on_delivery(None, DeliveredMessage("t", p, o))
+    tr.on_delivery(None, DeliveredMessage("t.ledger", 0, 7))
     assert tr.partition_ranges("t") == {0: (3, 5), 1: (10, 10)}
     assert tr.delivered == 5 and tr.delivered_bytes == 10
     tr.raise_for_failures()  # nothing failed yet
-    tr.on_delivery(_Err(), _Msg("t", 2, -1))
-    tr.on_delivery(_Err(), _Msg("t", 3, -1))
+    tr.on_delivery(_Err(), DeliveredMessage("t", 2, -1))
+    tr.on_delivery(_Err(), DeliveredMessage("t", 3, -1))
     with pytest.raises(DeliveryError) as ei:
         tr.raise_for_failures()
     assert (ei.value.topic, ei.value.partition) == ("t", 2)

@@ -12,22 +12,7 @@ from pipeline_project.streaming.errors import DeliveryError
 from pipeline_project.streaming.staging import Chunk, StagedMessage
 from pipeline_project.streaming.transactions import BatchTotals, BatchTransactions, abortable
 
-
-class _Msg:
-    def __init__(self, topic, partition, offset, value):
-        self._t, self._p, self._o, self._v = topic, partition, offset, value
-
-    def topic(self):
-        return self._t
-
-    def partition(self):
-        return self._p
-
-    def offset(self):
-        return self._o
-
-    def value(self):
-        return self._v
+from .kafka_helpers import DeliveredMessage
 
 
 class StandInProducer:
@@ -49,7 +34,7 @@ class StandInProducer:
         p = 0 if partition is None else partition
         off = self.offsets.get((topic, p), 0)
         self.offsets[(topic, p)] = off + 1
-        self.pending.append((on_delivery, _Msg(topic, p, off, value)))
+        self.pending.append((on_delivery, DeliveredMessage(topic, p, off, value)))
         self.current.append((topic, value))
 
     def poll(self, _timeout):
