@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -465,10 +466,24 @@ def index_cost(docs, batches: int):
 
 
 # --------------------------------------------------------------------------- report
+def measured(res: dict, section: str, fn, *args):
+    """Run one section, recording the 1-minute load average at its start and end (printed beside its table)."""
+    start = os.getloadavg()[0]
+    out = fn(*args)
+    res.setdefault("load_average", {})[section] = [round(start, 2), round(os.getloadavg()[0], 2)]
+    return out
+
+
+def _load(res: dict, section: str) -> list[str]:
+    la = res.get("load_average", {}).get(section)
+    return [f"Load average (1 min) {la[0]} at the start, {la[1]} at the end.", ""] if la else []
+
+
 def markdown(res) -> str:
     lines = [
         "### Agreement with DataTrove 0.10.1 (same text, English mode, keep/drop per document)",
         "",
+        *_load(res, "agreement"),
         "| step | docs | agreement | disagreement classes (count) |",
         "|---|---:|---:|---|",
     ]
@@ -480,6 +495,7 @@ def markdown(res) -> str:
         "",
         f"### Near-duplicate detection ({nd['docs']} docs, truth: {nd['truth_rule']}, {nd['truth_pairs']} true pairs)",
         "",
+        *_load(res, "near_dup"),
         "| impl | precision | recall | detected at edit rate | signature CPU s |",
         "|---|---:|---:|---|---:|",
     ]
@@ -506,6 +522,7 @@ def markdown(res) -> str:
         "",
         f"### Throughput per core ({t['docs']} docs, {t['mb']} MB; ftfy + Gopher rep + Gopher quality + C4 + FineWeb + MinHash)",
         "",
+        *_load(res, "throughput"),
         "| impl | CPU s | docs/s | MB/s |",
         "|---|---:|---:|---:|",
         f"| ours | {t['ours']['cpu_s']} | {t['ours']['docs_per_s']} | {t['ours']['mb_per_s']} |",
@@ -516,6 +533,7 @@ def markdown(res) -> str:
         "",
         "### Scaling (whole chain, one process)",
         "",
+        *_load(res, "scaling"),
         "| factor | docs | MB | CPU s | MB/s | peak RSS MB |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
@@ -527,6 +545,7 @@ def markdown(res) -> str:
         "",
         "### Cross-batch index growth (dedup only, each batch = corpus sample with 20% words changed)",
         "",
+        *_load(res, "index_cost"),
         "| batch | index entries before | dedup s | index bytes/doc | serialized MB | serialize s | cross-batch drops |",
         "|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -562,30 +581,31 @@ def main():
         res = json.loads(RESULTS.read_text())
         docs = load_docs(res["per_file"])
         if args.redo == "near_dup":
-            res["near_dup"] = near_dup_quality(make_near_dups(docs, 25 if args.quick else 60, RATES))
+            res["near_dup"] = measured(res, "near_dup", near_dup_quality,
+                                       make_near_dups(docs, 25 if args.quick else 60, RATES))  # fmt: skip
         elif args.redo == "scaling":
-            res["scaling"] = scaling(
-                args.factors or ([1, 2, 5] if args.quick else [1, 2, 5, 10]), max(10, res["per_file"] // 8)
-            )
+            factors = args.factors or ([1, 2, 5] if args.quick else [1, 2, 5, 10])
+            res["scaling"] = measured(res, "scaling", scaling, factors, max(10, res["per_file"] // 8))
         else:
-            res["agreement"] = agreement(docs)
+            res["agreement"] = measured(res, "agreement", agreement, docs)
         RESULTS.write_text(json.dumps(res, indent=2, ensure_ascii=False))
         print(markdown(res))
         return
     docs = load_docs(per_file)
     print(f"loaded {len(docs)} docs, {sum(len(d.text) for d in docs) / 1e6:.1f} M chars", file=sys.stderr)
     res = {"per_file": per_file, "docs": len(docs)}
-    res["agreement"] = agreement(docs)
+    res["agreement"] = measured(res, "agreement", agreement, docs)
     print("agreement done", file=sys.stderr)
-    res["near_dup"] = near_dup_quality(make_near_dups(docs, 25 if args.quick else 60, RATES))
+    res["near_dup"] = measured(res, "near_dup", near_dup_quality, make_near_dups(docs, 25 if args.quick else 60, RATES))
     print("near-dup done", file=sys.stderr)
-    res["throughput"] = throughput(docs)
+    res["throughput"] = measured(res, "throughput", throughput, docs)
     print("throughput done", file=sys.stderr)
     small = max(10, per_file // 8)
-    res["scaling"] = scaling(args.factors or ([1, 2, 5, 10] if not args.quick else [1, 2, 5]), small)
+    factors = args.factors or ([1, 2, 5, 10] if not args.quick else [1, 2, 5])
+    res["scaling"] = measured(res, "scaling", scaling, factors, small)
     print("scaling done", file=sys.stderr)
     sample = [d for d in docs if len(d.text) > 500][: (300 if args.quick else 1500)]
-    res["index_cost"] = index_cost(sample, 5 if args.quick else 10)
+    res["index_cost"] = measured(res, "index_cost", index_cost, sample, 5 if args.quick else 10)
     res["wall_s"] = round(time.time() - started, 1)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=2, ensure_ascii=False))

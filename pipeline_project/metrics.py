@@ -185,9 +185,10 @@ class _Snapshot:
 
 def _snapshot(metrics: PipelineMetrics, totals: Mapping[Series, float] | None) -> CollectorRegistry:
     """`metrics`' gauges, and `totals` as the counters (none when None)."""
-    families = [f for f in metrics.registry.collect() if f.type == "gauge" and f.samples]
+    collected = list(metrics.registry.collect())
+    families = [f for f in collected if f.type == "gauge" and f.samples]
     if totals:
-        docs = {f.name: f.documentation for f in PipelineMetrics().registry.collect() if f.type == "counter"}
+        docs = {f.name: f.documentation for f in collected if f.type == "counter"}
         counters: dict[str, Metric] = {}
         for (name, labels), value in sorted(totals.items()):
             base = name.removesuffix("_total")

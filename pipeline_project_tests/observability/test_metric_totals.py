@@ -117,3 +117,14 @@ def test_a_push_holds_the_jobs_lock(pg_url):
         assert done.wait(10)
         adder.join()
         assert store.totals("clean") == {KEPT: 3}
+
+
+@pytest.mark.stack
+def test_a_pushgateway_that_does_not_answer_is_a_warning_and_the_totals_still_count(pg_url, caplog):
+    gateway = f"http://127.0.0.1:{_closed_port()}"
+    with caplog.at_level(logging.WARNING, logger="pipeline_project.metrics"):
+        ok = push_job_totals(_cleaned(4, 1), gateway=gateway, job="j", batch="b1", asset="a", totals_url=pg_url)
+    assert ok is False
+    assert f"could not push metrics to {gateway}" in caplog.text
+    with MetricTotals(pg_url) as store:  # the next push that gets through carries this batch too
+        assert store.totals("j")[KEPT] == 4
