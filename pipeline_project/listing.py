@@ -16,8 +16,9 @@ Two listings, both in key order, both bounded per tick:
   stamped before it is listable (a multipart upload carries the time it was initiated), so the scan looks
   `lookback_s` further back (the sensor's default: 15 min).
 
-Both exclude what either took: `recent` holds the keys taken that a scan could still return (modified since
-`since` minus `lookback_s`), so no object lands in two batches.
+Both exclude what either took: `recent` holds the versions taken (key, stamp and ETag) that a scan could still
+return (modified since `since` minus `lookback_s`), so no version lands in two batches, and a key overwritten
+after it was taken (another ETag) is new input again: a scan takes it once.
 """
 
 from __future__ import annotations
@@ -49,11 +50,33 @@ def _unpack_recent(d: dict) -> list:
     return d.get("recent", [])
 
 
+def _entry(r) -> tuple[str, str, str]:
+    """(key, last_modified, etag); cursors before issue 27 stored no ETag (""): their entries match by stamp."""
+    return (r[0], r[1], r[2] if len(r) > 2 else "")
+
+
+def _version(key: str, last_modified: str, etag: str) -> tuple[str, str]:
+    return (key, etag) if etag else (key, f"@{last_modified}")
+
+
+def taken_versions(recent) -> set[tuple[str, str]]:
+    """What `is_taken` looks up: each taken version by ETag, and by stamp for entries that have none."""
+    return {_version(*r) for r in recent}
+
+
+def is_taken(obj: RawObject, versions: set[tuple[str, str]]) -> bool:
+    return _version(obj.key, obj.last_modified, obj.etag) in versions or (obj.key, f"@{obj.last_modified}") in versions
+
+
+def remember(recent: tuple, objects) -> tuple:
+    return recent + tuple((o.key, o.last_modified, o.etag) for o in objects)
+
+
 @dataclass(frozen=True)
 class TickCursor:
     since: str | None = None  # every object modified before this (minus the margin) is taken
     start_after: str | None = None  # every key <= this is taken (or was excluded)
-    recent: tuple[tuple[str, str], ...] = ()  # (key, last_modified) taken that a scan could return again
+    recent: tuple[tuple[str, str, str], ...] = ()  # (key, last_modified, etag) taken that a scan could return
     ticks: int = 0  # ticks since the last scan finished
     scan_after: str | None = None  # the running scan has examined every key <= this
     scan_started: str | None = None  # server time of the running scan's first page; None: no scan is running
@@ -95,7 +118,7 @@ class TickCursor:
         return cls(
             since=d.get("since"),
             start_after=d.get("start_after"),
-            recent=tuple((k, lm) for k, lm in _unpack_recent(d)),
+            recent=tuple(_entry(r) for r in _unpack_recent(d)),
             ticks=int(d.get("ticks", 0)),
             scan_after=d.get("scan_after"),
             scan_started=d.get("scan_started"),
@@ -145,7 +168,7 @@ def _prune(cursor: TickCursor, limits: Limits) -> TickCursor:
     low = cursor.list_since(limits.lookback_s)
     if low is None:
         return cursor
-    keep = tuple((k, lm) for k, lm in cursor.recent if datetime.fromisoformat(lm) >= low)
+    keep = tuple(r for r in cursor.recent if datetime.fromisoformat(r[1]) >= low)
     return replace(cursor, recent=keep, complete_from=low.isoformat())
 
 
@@ -160,7 +183,7 @@ def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limi
     """Go on with the scan (or start it): objects at or before `start_after` modified since `since`, in key order."""
     t0 = clock()
     low = cursor.list_since(limits.lookback_s)
-    skip = {k for k, _ in cursor.recent}
+    skip = taken_versions(cursor.recent)
     started = cursor.scan_started
     after = cursor.scan_after
     taken: list[RawObject] = []
@@ -178,7 +201,7 @@ def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limi
             obj = _listed(item)
             if (
                 obj is not None
-                and key not in skip
+                and not is_taken(obj, skip)
                 and (low is None or datetime.fromisoformat(obj.last_modified) >= low)
             ):
                 if not _fits(taken, obj, limits):
@@ -190,7 +213,7 @@ def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limi
             done = not full
         if done or full or pages >= limits.scan_pages or clock() - t0 >= limits.scan_seconds:
             break
-    recent = cursor.recent + tuple((o.key, o.last_modified) for o in taken)
+    recent = remember(cursor.recent, taken)
     if done:
         out = replace(cursor, since=started, recent=recent, ticks=0, scan_after=None, scan_started=None)
     else:
@@ -200,7 +223,7 @@ def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limi
 
 def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, taken=()):
     """Add new objects in key order after `start_after` to `taken`, reading only the pages one batch needs."""
-    recent = {k for k, _ in cursor.recent}
+    recent = taken_versions(cursor.recent)
     taken = list(taken)
     before = len(taken)
     start_after = cursor.start_after
@@ -209,7 +232,7 @@ def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Li
         full = False
         for item in page.get("Contents", []):
             obj = _listed(item)
-            if obj is None or obj.key in recent:
+            if obj is None or is_taken(obj, recent):
                 start_after = item["Key"]
                 continue
             if not _fits(taken, obj, limits):
@@ -219,7 +242,7 @@ def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Li
             start_after = obj.key
         if full or not page.get("IsTruncated"):
             break
-    recent_out = cursor.recent + tuple((o.key, o.last_modified) for o in taken[before:])
+    recent_out = remember(cursor.recent, taken[before:])
     return taken, _prune(replace(cursor, start_after=start_after, recent=recent_out), limits)
 
 

@@ -22,9 +22,9 @@ class Bucket:
         self.second = 0
         self.client = MemoryS3Client({}, clock=lambda: T0 + timedelta(seconds=self.second))
 
-    def put(self, key: str, second: int | None = None, size: int = 10) -> None:
+    def put(self, key: str, second: int | None = None, size: int = 10, body: bytes | None = None) -> None:
         self.second = self.second if second is None else second
-        self.client.objects[("b", key)] = (b"x" * size, T0 + timedelta(seconds=self.second))
+        self.client.objects[("b", key)] = (body or b"x" * size, T0 + timedelta(seconds=self.second))
 
     def tick(self, cursor: TickCursor, limits: Limits = LIMITS, clock=None):
         if clock is None:
@@ -65,11 +65,11 @@ def test_a_batch_closes_at_max_objects_or_max_bytes():
 
 
 def test_cursor_round_trips_through_json_and_reads_the_previous_format():
-    c = TickCursor(since=T0.isoformat(), start_after="raw/a", recent=(("raw/b", "x"),), ticks=3,
+    c = TickCursor(since=T0.isoformat(), start_after="raw/a", recent=(("raw/b", "x", "e1"),), ticks=3,
                    scan_after="raw/0", scan_started=T0.isoformat(), complete_from=T0.isoformat())  # fmt: skip
     assert TickCursor.from_json(c.to_json()) == c
     assert TickCursor.from_json(None) == TickCursor()
-    many = tuple((f"raw/2026/01/01/{i:06d}.jsonl", T0.isoformat()) for i in range(5000))
+    many = tuple((f"raw/2026/01/01/{i:06d}.jsonl", T0.isoformat(), f"{i:032x}") for i in range(5000))
     big = TickCursor(since=T0.isoformat(), start_after=many[-1][0], recent=many)
     assert TickCursor.from_json(big.to_json()) == big
     assert len(big.to_json()) < len(json.dumps(many)) / 5, "a long `recent` is stored compressed"
@@ -79,7 +79,7 @@ def test_cursor_round_trips_through_json_and_reads_the_previous_format():
     assert (read.since, read.start_after, read.recent, read.ticks) == (
         T0.isoformat(),
         "raw/b",
-        (("raw/b", T0.isoformat()),),
+        (("raw/b", T0.isoformat(), ""),),
         7,
     )
     assert not read.scanning
@@ -258,3 +258,25 @@ def test_every_object_lands_in_exactly_one_batch_under_random_keys_and_ticks():
         assert len(taken_keys) == len(set(taken_keys)), f"seed {seed}: an object landed in two batches"
         assert set(taken_keys) == expected, f"seed {seed}: lost {sorted(expected - set(taken_keys))[:5]}"
         assert len(cursor.recent) <= len(expected)
+
+
+def test_an_object_overwritten_after_it_was_taken_is_taken_again_once_per_version():
+    for overwrite_at in (0, 1, 30, 2000):  # same second as the take, within the lookback, long after it
+        bucket = Bucket()
+        limits = Limits(10, 1 << 30, full_scan_every=1, lookback_s=900.0)
+        bucket.put("raw/a", 0, body=b"v1")
+        bucket.put("raw/b", 0, body=b"b")
+        taken, cursor = bucket.tick(TickCursor(), limits)
+        assert [o.key for o in taken] == ["raw/a", "raw/b"]
+        bucket.put("raw/a", overwrite_at, body=b"v2")  # a new version: another ETag
+        bucket.second = overwrite_at + 1
+        versions = []
+        for _ in range(6):
+            taken, cursor = bucket.tick(TickCursor.from_json(cursor.to_json()), limits)
+            versions += [(o.key, o.etag) for o in taken]
+            bucket.second += 5
+        v2 = bucket.client.list_objects_v2(Bucket="b", Prefix="raw/a")["Contents"][0]["ETag"].strip('"')
+        assert versions == [("raw/a", v2)], f"overwritten at {overwrite_at} s: {versions}"
+        bucket.put("raw/a", bucket.second, body=b"v2")  # the same content again: the same ETag, not new input
+        keys, _ = bucket.drain(cursor, limits, ticks=5)
+        assert keys == []
