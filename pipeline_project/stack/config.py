@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,8 +45,7 @@ def _port_from_env(name: str, default: int) -> int:
 
 
 def default_state_dir() -> Path:
-    raw = client_settings.stack_state_dir()
-    return Path(raw).expanduser().resolve() if raw else REPO_ROOT / ".state"
+    return client_settings.default_stack_state_dir()
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,11 @@ class StackConfig:
         default_factory=lambda: _port_from_env("PIPELINE_POSTGRES_PORT", client_settings.LOCAL_POSTGRES_PORT)
     )
     host: str = "127.0.0.1"
+    addresses: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Per-role address where a role is not on `host`: "kafka-1".."kafka-N", "s3", "mlflow", "postgres", "dagster",
+    "prometheus" (the cluster harness puts each on its own network namespace); empty for the local stack."""
+    kafka_nodes: tuple[int, ...] | None = None
+    """The broker node ids this state dir runs (one per cluster host); None: all of them."""
     s3_access_key: str = client_settings.LOCAL_S3_ACCESS_KEY
     s3_secret_key: str = client_settings.LOCAL_S3_SECRET_KEY
     buckets: tuple[str, ...] = field(default_factory=lambda: tuple(Settings().buckets))
@@ -97,9 +102,17 @@ class StackConfig:
         check_profile(self.kafka_security, "PIPELINE_KAFKA_SECURITY")
         check_mechanism(self.kafka_sasl_mechanism, "kafka_sasl_mechanism")
 
+    def address(self, role: str) -> str:
+        """Where a role ("s3", "kafka-2", ...) binds and is reached: its own address if given, else `host`."""
+        return self.addresses.get(role, self.host)
+
+    @property
+    def kafka_hosts(self) -> tuple[str, ...]:
+        return tuple(self.address(f"kafka-{n}") for n in range(1, len(self.kafka_ports) + 1))
+
     @property
     def kafka_bootstrap(self) -> str:
-        return ",".join(f"{self.host}:{p}" for p in self.kafka_ports)
+        return ",".join(f"{h}:{p}" for h, p in zip(self.kafka_hosts, self.kafka_ports, strict=True))
 
     @property
     def kafka_profile(self) -> str:
@@ -113,19 +126,19 @@ class StackConfig:
 
     @property
     def s3_endpoint(self) -> str:
-        return f"http://{self.host}:{self.s3_port}"
+        return f"http://{self.address('s3')}:{self.s3_port}"
 
     @property
     def mlflow_url(self) -> str:
-        return f"http://{self.host}:{self.mlflow_port}"
+        return f"http://{self.address('mlflow')}:{self.mlflow_port}"
 
     def postgres_url(self, database: str = "pipeline") -> str:
         user, password = client_settings.LOCAL_POSTGRES_USER, client_settings.LOCAL_POSTGRES_PASSWORD
-        return f"postgresql://{user}:{password}@{self.host}:{self.postgres_port}/{database}"
+        return f"postgresql://{user}:{password}@{self.address('postgres')}:{self.postgres_port}/{database}"
 
     @property
     def dagster_url(self) -> str:
-        return f"http://{self.host}:{self.dagster_port}"
+        return f"http://{self.address('dagster')}:{self.dagster_port}"
 
     def _kafka_settings(self) -> dict[str, str | None]:
         secure = self.kafka_secure

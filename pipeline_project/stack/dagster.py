@@ -103,7 +103,7 @@ class DagsterService(Service):
                 "-w",
                 str(self.workspace),
                 "-h",
-                cfg.host,
+                cfg.address("dagster"),
                 "-p",
                 str(cfg.dagster_port),
             ),

@@ -87,11 +87,19 @@ class KafkaService(Service):
     def node_ids(self) -> list[int]:
         return list(range(1, len(self.config.kafka_ports) + 1))
 
+    @property
+    def local_nodes(self) -> list[int]:
+        """The nodes this state dir runs: all of them, or the one of a cluster host (`StackConfig.kafka_nodes`)."""
+        return [n for n in self.node_ids if self.config.kafka_nodes is None or n in self.config.kafka_nodes]
+
+    def host(self, node_id: int) -> str:
+        return self.config.kafka_hosts[node_id - 1]
+
     def node_dir(self, node_id: int) -> Path:
         return self.dir / f"broker-{node_id}"
 
     def _controllers(self) -> list[str]:
-        return [f"{self.config.host}:{p}" for p in self.config.kafka_controller_ports]
+        return [f"{h}:{p}" for h, p in zip(self.config.kafka_hosts, self.config.kafka_controller_ports, strict=True)]
 
     def processes(self) -> list[ManagedProcess]:
         cds = self.class_data_sharing
@@ -99,6 +107,8 @@ class KafkaService(Service):
         for node_id, port, cport in zip(
             self.node_ids, self.config.kafka_ports, self.config.kafka_controller_ports, strict=True
         ):
+            if node_id not in self.local_nodes:
+                continue
             ndir = self.node_dir(node_id)
             cmd = (
                 java(),
@@ -155,7 +165,7 @@ class KafkaService(Service):
         return self.config.kafka_secure
 
     def server_properties(self, node_id: int) -> dict[str, str]:
-        host = self.config.host
+        host = self.host(node_id)
         port = self.config.kafka_ports[node_id - 1]
         cport = self.config.kafka_controller_ports[node_id - 1]
         listeners = {
@@ -181,8 +191,8 @@ class KafkaService(Service):
         self.dir.mkdir(parents=True, exist_ok=True)
         self._check_profile()
         if self.security is not None:
-            self.security.ensure((self.config.host,), self.config.kafka_sasl_mechanism)
-        for node_id in self.node_ids:
+            self.security.ensure(tuple(dict.fromkeys(self.config.kafka_hosts)), self.config.kafka_sasl_mechanism)
+        for node_id in self.local_nodes:
             ndir = self.node_dir(node_id)
             (ndir / "data").mkdir(parents=True, exist_ok=True)
             props = "".join(f"{k}={v}\n" for k, v in self.server_properties(node_id).items())
@@ -224,7 +234,7 @@ class KafkaService(Service):
             f"{n}@{c}:{formatted['directory_ids'][str(n)]}"
             for n, c in zip(self.node_ids, self._controllers(), strict=True)
         )
-        pending = [n for n in self.node_ids if not (self.node_dir(n) / "data" / "meta.properties").exists()]
+        pending = [n for n in self.local_nodes if not (self.node_dir(n) / "data" / "meta.properties").exists()]
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(pending) or 1) as pool:
             futures = {
                 n: pool.submit(
@@ -285,14 +295,15 @@ class KafkaService(Service):
     def status(self) -> list[ServiceStatus]:
         self._check_profile()
         procs = self.processes()
-        any_port = any(port_in_use(self.config.host, p) for p in self.config.kafka_ports)
+        local = [(n, self.host(n), self.config.kafka_ports[n - 1]) for n in self.local_nodes]
+        any_port = any(port_in_use(host, port) for _, host, port in local)
         brokers = self.live_brokers() if any_port else {}
         controller = self.controller_id() if brokers else None
         result = []
-        for node_id, mp, port in zip(self.node_ids, procs, self.config.kafka_ports, strict=True):
+        for (node_id, host, port), mp in zip(local, procs, strict=True):
             # Registered in the metadata is not enough: a broker registers before its listener binds.
-            healthy = node_id in brokers and controller is not None and accepts_connections(self.config.host, port)
-            detail = f"{len(brokers)}/{len(procs)} brokers live"
+            healthy = node_id in brokers and controller is not None and accepts_connections(host, port)
+            detail = f"{len(brokers)}/{len(self.node_ids)} brokers live"
             if controller is not None:
                 detail += f", controller {controller}"
             if self.security is not None:
@@ -302,7 +313,7 @@ class KafkaService(Service):
                     name=mp.name,
                     service=self.name,
                     healthy=healthy,
-                    url=f"{self.config.host}:{port}",
+                    url=f"{host}:{port}",
                     pid=mp.pid,
                     detail=detail,
                 )

@@ -22,7 +22,7 @@ class MlflowService(Service):
                     "mlflow",
                     "server",
                     "--host",
-                    cfg.host,
+                    cfg.address("mlflow"),
                     "--port",
                     str(cfg.mlflow_port),
                     "--workers",

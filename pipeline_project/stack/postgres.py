@@ -8,6 +8,7 @@ refuses to run as root); the state directory must then be reachable by that user
 from __future__ import annotations
 
 import glob
+import ipaddress
 import os
 import pwd
 import shutil
@@ -22,6 +23,7 @@ from .processes import ManagedProcess, accepts_connections
 from .service import Service, ServiceStatus
 
 RUN_AS = "postgres"
+SAMENET_RULE = "host all all samenet scram-sha-256"
 
 
 def postgres_bindir() -> Path:
@@ -44,6 +46,13 @@ def _as_server_user() -> tuple[str, ...]:
     except KeyError:
         raise StackError(f"running as root needs a {RUN_AS!r} user (Debian's postgresql package creates it)") from None
     return ("setpriv", f"--reuid={RUN_AS}", f"--regid={RUN_AS}", "--init-groups", "--")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class PostgresService(Service):
@@ -69,7 +78,7 @@ class PostgresService(Service):
             "-k",
             str(self.socket_dir),
             "-c",
-            f"listen_addresses={cfg.host}",
+            f"listen_addresses={cfg.address('postgres')}",
             "-c",
             "max_connections=200",
             "-c",
@@ -104,8 +113,21 @@ class PostgresService(Service):
                 os.chown(d, user.pw_uid, user.pw_gid)
             if self.data_dir.exists():
                 os.chown(self.data_dir, user.pw_uid, user.pw_gid)
-        if (self.data_dir / "PG_VERSION").exists():
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
+        self._allow_own_subnet()
+
+    def _allow_own_subnet(self) -> None:
+        # initdb's pg_hba.conf admits TCP logins from loopback only: a server on a network address (a cluster host)
+        # also takes password logins from the hosts of its own subnet ("samenet").
+        if _is_loopback(self.config.address("postgres")):
             return
+        hba = self.data_dir / "pg_hba.conf"
+        if SAMENET_RULE not in hba.read_text().splitlines():
+            with open(hba, "a") as handle:
+                handle.write(SAMENET_RULE + "\n")
+
+    def _initdb(self) -> None:
         pwfile = self.dir / ".pwfile"
         pwfile.write_text(LOCAL_POSTGRES_PASSWORD + "\n")
         if os.geteuid() == 0:
@@ -146,13 +168,13 @@ class PostgresService(Service):
     def status(self) -> list[ServiceStatus]:
         (mp,) = self.processes()
         cfg = self.config
-        healthy = accepts_connections(cfg.host, cfg.postgres_port) and self._answers()
+        healthy = accepts_connections(cfg.address("postgres"), cfg.postgres_port) and self._answers()
         return [
             ServiceStatus(
                 name="postgres",
                 service=self.name,
                 healthy=healthy,
-                url=f"postgresql://{cfg.host}:{cfg.postgres_port}",
+                url=f"postgresql://{cfg.address('postgres')}:{cfg.postgres_port}",
                 pid=mp.pid,
                 detail=f"databases: {', '.join(LOCAL_POSTGRES_DATABASES)}" if healthy else "",
             )

@@ -53,7 +53,7 @@ class PrometheusService(Service):
                     f"--config.file={self.config_file}",
                     f"--storage.tsdb.path={self.dir / 'data'}",
                     "--storage.tsdb.retention.time=7d",
-                    f"--web.listen-address={cfg.host}:{cfg.prometheus_port}",
+                    f"--web.listen-address={cfg.address('prometheus')}:{cfg.prometheus_port}",
                     "--web.enable-lifecycle",
                 ),
                 pid_file=self.dir / "prometheus.pid",
@@ -65,7 +65,7 @@ class PrometheusService(Service):
                 name="pushgateway",
                 cmd=(
                     _binary("prometheus-pushgateway"),
-                    f"--web.listen-address={cfg.host}:{cfg.pushgateway_port}",
+                    f"--web.listen-address={cfg.address('prometheus')}:{cfg.pushgateway_port}",
                     f"--persistence.file={self.dir / 'pushgateway.data'}",
                     "--persistence.interval=30s",
                 ),
@@ -85,8 +85,8 @@ class PrometheusService(Service):
         deploy = cfg.repo_root / "deploy" / "prometheus"
         self.config_file.write_text(
             Template((deploy / "prometheus.yml").read_text()).substitute(
-                prometheus=f"{cfg.host}:{cfg.prometheus_port}",
-                pushgateway=f"{cfg.host}:{cfg.pushgateway_port}",
+                prometheus=f"{cfg.address('prometheus')}:{cfg.prometheus_port}",
+                pushgateway=f"{cfg.address('prometheus')}:{cfg.pushgateway_port}",
                 targets_dir=str(self.targets_dir),
                 rules=str(deploy / "alerts.yml"),
             )
@@ -103,7 +103,7 @@ class PrometheusService(Service):
         cfg = self.config
         out = []
         for mp, port in zip(self.processes(), (cfg.prometheus_port, cfg.pushgateway_port), strict=True):
-            url = _url(cfg.host, port)
+            url = _url(cfg.address("prometheus"), port)
             answer = http_get(url + "/-/ready")
             out.append(
                 ServiceStatus(

@@ -1,0 +1,163 @@
+"""`pipeline-project cluster ...`: hosts as network namespaces on this machine (docs/cluster.md)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from pipeline_project.stack.errors import StackError
+
+from .cluster import Cluster
+from .topology import ClusterSpec
+
+cluster_app = typer.Typer(
+    help="A cluster of hosts on this machine: network namespaces on a private bridge (root only; docs/cluster.md).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+console = Console() if sys.stdout.isatty() else Console(width=160)
+err_console = Console(stderr=True)
+
+ClusterDir = Annotated[
+    Path | None,
+    typer.Option("--dir", envvar="PIPELINE_CLUSTER_DIR", help="The cluster's state root [default <repo>/.cluster]"),
+]
+HostArg = Annotated[str, typer.Argument(help="broker-1..3, s3, postgres, mlflow, dagster, trainer-1, trainer-2")]
+
+
+def _cluster(root: Path | None) -> Cluster:
+    return Cluster(ClusterSpec(root=root) if root is not None else ClusterSpec())
+
+
+def _fail(err: Exception) -> typer.Exit:
+    message = str(err) if isinstance(err, StackError) else f"{type(err).__name__}: {err}"
+    line = (message.strip().splitlines() or [type(err).__name__])[0]
+    err_console.print(Text.assemble(("error: ", "red"), line), highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+@cluster_app.command()
+def up(
+    root: ClusterDir = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for health")] = 180.0,
+) -> None:
+    """Create the network and hosts, start every service that is not running, wait until all are healthy."""
+    started = time.monotonic()
+    try:
+        launched = _cluster(root).up(timeout=timeout, progress=console.log)
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
+        raise _fail(err) from None
+    console.log(f"cluster up: {len(launched)} process(es) started in {time.monotonic() - started:.0f} s")
+
+
+@cluster_app.command()
+def down(
+    root: ClusterDir = None,
+    wipe: Annotated[bool, typer.Option("--wipe", help="Also delete every host's data")] = False,
+) -> None:
+    """Stop every service, kill what is left, delete namespaces, links and bridge."""
+    try:
+        cluster = _cluster(root)
+        cluster.down(wipe=wipe, progress=console.log)
+        left = cluster.leftovers()
+    except Exception as err:  # noqa: BLE001
+        raise _fail(err) from None
+    if left:
+        raise _fail(StackError(f"left behind: {', '.join(left)}"))
+
+
+@cluster_app.command()
+def status(
+    root: ClusterDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
+) -> None:
+    """Each host, its address, its link and the health of its services; exit code 1 if any is not healthy."""
+    try:
+        hosts = _cluster(root).status()
+    except Exception as err:  # noqa: BLE001
+        raise _fail(err) from None
+    if as_json:
+        typer.echo(json.dumps([h.to_dict() for h in hosts], indent=2))
+    else:
+        table = Table(title="pipeline-project cluster")
+        for column in ("host", "address", "link", "procs", "service", "health", "url", "detail"):
+            table.add_column(column, no_wrap=column != "detail", overflow="fold")
+        for h in hosts:
+            link = {"up": "[green]up[/green]", "cut": "[yellow]cut[/yellow]"}.get(h.link, f"[red]{h.link}[/red]")
+            rows = [(s.name, "[green]healthy[/green]" if s.healthy else "[red]down[/red]", s.url, s.detail)
+                    for s in h.services] or [("-", "", "", "")]  # fmt: skip
+            for i, row in enumerate(rows):
+                first = (h.name, h.address, link, str(h.processes)) if i == 0 else ("", "", "", "")
+                table.add_row(*first, *row)
+        console.print(table)
+    if not all(h.healthy for h in hosts):
+        raise typer.Exit(1)
+
+
+@cluster_app.command()
+def cut(host: HostArg, root: ClusterDir = None) -> None:
+    """Unplug the host's cable (a network partition); its processes keep running."""
+    try:
+        _cluster(root).cut(host)
+    except Exception as err:  # noqa: BLE001
+        raise _fail(err) from None
+    console.log(f"{host}: link down")
+
+
+@cluster_app.command()
+def heal(host: HostArg, root: ClusterDir = None) -> None:
+    """Plug the host's cable back in."""
+    try:
+        _cluster(root).heal(host)
+    except Exception as err:  # noqa: BLE001
+        raise _fail(err) from None
+    console.log(f"{host}: link up")
+
+
+@cluster_app.command()
+def kill(host: HostArg, root: ClusterDir = None) -> None:
+    """SIGKILL every process of the host (`up` starts its services again)."""
+    try:
+        pids = _cluster(root).kill(host)
+    except Exception as err:  # noqa: BLE001
+        raise _fail(err) from None
+    console.log(f"{host}: killed {len(pids)} process(es)")
+
+
+@cluster_app.command()
+def logs(
+    host: HostArg,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="Lines per log")] = 50,
+    root: ClusterDir = None,
+) -> None:
+    """Print the end of the logs of the host's service."""
+    try:
+        tails = _cluster(root).logs(host, lines)
+    except Exception as err:  # noqa: BLE001
+        raise _fail(err) from None
+    for name, tail in tails.items():
+        console.rule(name)
+        typer.echo("\n".join(tail))
+
+
+@cluster_app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_cmd(ctx: typer.Context, host: HostArg, root: ClusterDir = None) -> None:
+    """Run a command on a host with the cluster's settings in its environment: `cluster exec trainer-1 -- CMD`."""
+    argv = list(ctx.args)
+    if not argv:
+        raise _fail(StackError("no command given: `pipeline-project cluster exec HOST -- CMD ARGS`"))
+    try:
+        result = _cluster(root).exec(host, argv)
+    except Exception as err:  # noqa: BLE001
+        raise _fail(StackError(f"{shlex.join(argv)}: {err}")) from None
+    raise typer.Exit(result.returncode)

@@ -1,0 +1,139 @@
+"""The virtual network of the cluster, with iproute2: a bridge, one namespace and veth cable per host.
+
+Runs as root. Nothing here routes out of the subnet: the namespaces get no default route and no NAT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+
+from pipeline_project.stack.errors import StackError
+
+from .topology import ClusterSpec, Host
+
+# Runs first inside the host's namespace (as root; `ip netns exec` has just made a private mount namespace):
+# the host's own scratch dir becomes its /tmp, then the real command replaces the shell (same pid).
+PRIVATE_TMP = 'mount --bind "$1" /tmp && shift && exec "$@"'
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        raise StackError(f"ip {' '.join(args)}: {(result.stderr or result.stdout).strip() or 'failed'}")
+    return result
+
+
+def _json(*args: str) -> list[dict]:
+    out = ip("-j", *args, check=False).stdout.strip()
+    return json.loads(out) if out else []
+
+
+def namespaces() -> set[str]:
+    return {entry["name"] for entry in _json("netns", "list")}
+
+
+def link_exists(name: str) -> bool:
+    return ip("link", "show", "dev", name, check=False).returncode == 0
+
+
+def link_is_up(name: str) -> bool | None:
+    """Whether the link is administratively up; None when it does not exist."""
+    links = _json("link", "show", "dev", name)
+    return ("UP" in links[0].get("flags", [])) if links else None
+
+
+def wrap(host: Host, cmd: Sequence[str]) -> tuple[str, ...]:
+    """argv that runs `cmd` on `host`: inside its namespace, with its own /tmp."""
+    return ("ip", "netns", "exec", host.netns, "sh", "-c", PRIVATE_TMP, "sh", str(host.tmp), *cmd)
+
+
+def check_subnet_free(spec: ClusterSpec) -> None:
+    """Refuse a subnet that overlaps an address or route of the machine (other than our own bridge)."""
+    net = spec.network
+    for entry in _json("-4", "addr", "show"):
+        if entry.get("ifname") == spec.bridge:
+            continue
+        for addr in entry.get("addr_info", []):
+            if ipaddress.IPv4Network(f"{addr['local']}/{addr['prefixlen']}", strict=False).overlaps(net):
+                raise StackError(f"cluster subnet {net} overlaps {addr['local']} on {entry['ifname']}")
+    for route in _json("-4", "route", "show"):
+        dst, dev = route.get("dst", ""), route.get("dev")
+        if dev != spec.bridge and dst not in ("", "default") and ipaddress.IPv4Network(dst, strict=False).overlaps(net):
+            raise StackError(f"cluster subnet {net} overlaps the route to {dst} via {dev}")
+
+
+def create(spec: ClusterSpec, hosts: Sequence[Host]) -> None:
+    """Bridge, namespaces, cables and addresses; what exists already is kept (idempotent)."""
+    if not link_exists(spec.bridge):
+        check_subnet_free(spec)
+        ip("link", "add", spec.bridge, "type", "bridge", "forward_delay", "0", "stp_state", "0")
+        ip("addr", "add", f"{spec.gateway}/{spec.network.prefixlen}", "dev", spec.bridge)
+    ip("link", "set", spec.bridge, "up")
+    existing = namespaces()
+    for host in hosts:
+        if host.netns not in existing:
+            ip("netns", "add", host.netns)
+        ip("-n", host.netns, "link", "set", "lo", "up")
+        if not link_exists(host.veth):
+            ip("-n", host.netns, "link", "del", "eth0", check=False)  # a half-made host from an interrupted `up`
+            ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+            ip("link", "set", host.veth, "master", spec.bridge)
+            ip("-n", host.netns, "addr", "add", f"{host.address}/{spec.network.prefixlen}", "dev", "eth0")
+            ip("-n", host.netns, "link", "set", "eth0", "up")
+            ip("link", "set", host.veth, "up")
+
+
+def set_link(host: Host, up: bool) -> None:
+    """Plug (heal) or unplug (cut) the host's cable at the bridge; its processes and addresses stay as they are."""
+    if not link_exists(host.veth):
+        raise StackError(f"host {host.name} has no link ({host.veth}); is the cluster up?")
+    ip("link", "set", host.veth, "up" if up else "down")
+
+
+def pids(host: Host) -> list[int]:
+    """Every process inside the host's namespace."""
+    if host.netns not in namespaces():
+        return []
+    out = ip("netns", "pids", host.netns, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
+
+
+def kill(host: Host, timeout: float = 10.0) -> list[int]:
+    """SIGKILL every process of the host; returns their pids once they are gone."""
+    killed = pids(host)
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while pids(host) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = pids(host)
+    if left:
+        raise StackError(f"processes {left} of host {host.name} survived SIGKILL")
+    return killed
+
+
+def delete(spec: ClusterSpec, hosts: Sequence[Host]) -> None:
+    """Remove cables, namespaces and the bridge (after `kill`: a namespace lives on while a process is in it)."""
+    existing = namespaces()
+    for host in hosts:
+        if link_exists(host.veth):
+            ip("link", "del", host.veth)  # takes its peer, the host's eth0, with it
+        if host.netns in existing:
+            ip("netns", "del", host.netns)
+    if link_exists(spec.bridge):
+        ip("link", "del", spec.bridge)
+
+
+def leftovers(spec: ClusterSpec, hosts: Sequence[Host]) -> list[str]:
+    """Namespaces and links of this cluster that still exist (empty after a clean `down`)."""
+    found = [f"netns {h.netns}" for h in hosts if h.netns in namespaces()]
+    found += [f"link {name}" for name in [spec.bridge, *(h.veth for h in hosts)] if link_exists(name)]
+    return found
