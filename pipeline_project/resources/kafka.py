@@ -36,6 +36,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     bootstrap_servers: str
     client_id: str | None = None
+    transactional_id_prefix: str | None = None  # the same for every writer of a topic (streaming.client_policy)
     security_protocol: str | None = None  # validated by KafkaSettings
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -51,8 +52,8 @@ class KafkaResource(dg.ConfigurableResource):
     _admin: Any = PrivateAttr(default=None)
 
     def settings(self) -> KafkaSettings:
-        fields = ("bootstrap_servers", "client_id", "security_protocol", "sasl_mechanism", "sasl_username",
-                  "sasl_password", "ssl_ca_location")  # fmt: skip
+        fields = ("bootstrap_servers", "client_id", "transactional_id_prefix", "security_protocol", "sasl_mechanism",
+                  "sasl_username", "sasl_password", "ssl_ca_location")  # fmt: skip
         given = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
         return KafkaSettings(
             **given,
@@ -62,7 +63,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._admin = None
-        settings = self.settings()
+        settings = self.settings()  # refuses overrides that break exactly-once (UnsafeKafkaConfigError), one line
         if settings.security_protocol != "PLAINTEXT":
             # A wrong password or CA would otherwise surface as a bare timeout deep inside a step.
             try:

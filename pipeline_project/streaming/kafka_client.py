@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from pipeline_project.streaming.client_policy import check_identity, check_overrides
 from pipeline_project.streaming.errors import DeliveryError, KafkaUnavailableError, kafka_error_text
 from pipeline_project.streaming.kafka_stats import KafkaStats
 from pipeline_project.streaming.topics import TopicLayout, ensure_topic
@@ -113,12 +114,18 @@ class KafkaSettings(BaseModel):
 
     SASL_SSL logs in with `sasl_mechanism` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) and verifies the brokers'
     certificates against `ssl_ca_location` (a PEM file), or the system CA store when it is unset.
+
+    Overrides that would break exactly-once (`client_policy`: read_uncommitted, auto commit, acks other than
+    all, no idempotence, a fixed transactional.id, ...) and an empty `client_id` or `transactional_id_prefix`
+    are refused with one line (UnsafeKafkaConfigError).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     bootstrap_servers: str
     client_id: str = "pipeline-project"
+    # transactional ids are `<prefix>.<topic>.<ledger key>`: the same for every writer of a topic (client_policy)
+    transactional_id_prefix: str = "pipeline-project"
     security_protocol: Literal["PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
     sasl_username: str | None = None
@@ -127,6 +134,14 @@ class KafkaSettings(BaseModel):
     producer_overrides: dict[str, Any] = Field(default_factory=dict)
     consumer_overrides: dict[str, Any] = Field(default_factory=dict)
     statistics_interval_ms: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _keeps_exactly_once(self) -> KafkaSettings:
+        check_identity("client_id", self.client_id)
+        check_identity("transactional_id_prefix", self.transactional_id_prefix)
+        check_overrides("producer", self.producer_overrides)
+        check_overrides("consumer", self.consumer_overrides)
+        return self
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> KafkaSettings:

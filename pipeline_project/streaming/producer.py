@@ -119,7 +119,8 @@ class TokenizerIdentity(Protocol):
 
 
 def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -> str:
-    return f"{settings.client_id}.{topic}.{ledger_key}"
+    """Stable per batch across retries (fences an earlier attempt's zombie), distinct per batch (`client_policy`)."""
+    return f"{settings.transactional_id_prefix}.{topic}.{ledger_key}"
 
 
 def produce_blocks(
@@ -182,6 +183,7 @@ def produce_blocks(
     stream: Iterable[StreamItem] = rechunk(itertools.chain(ahead, items), per_message)  # per domain when tagged
     if progress is not None:
         _check_record(progress, fingerprint, current_id, where, "has a partly produced batch of")
+        _check_same_writer(progress, txid, where)
         log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
                  progress.blocks, progress.transactions)  # fmt: skip
         # the committed prefix ends on a message boundary: skipping whole messages keeps the uninterrupted cut
@@ -335,6 +337,17 @@ def _check_record(record: Any, fingerprint: tuple, current_id: str, where: str, 
             f"{where} {what} blocks in topic id {record.topic_id}, but the topic now has id {current_id}: it was "
             "deleted and recreated, and those blocks are gone with it. Delete the ledger topic too (or use a new "
             "ledger key) to produce the batch again"
+        )
+
+
+def _check_same_writer(progress: ProgressRecord, txid: str, where: str) -> None:
+    """init_transactions fences only its own transactional id: resuming under another one leaves the earlier
+    attempt's zombie free to commit its open transaction after this attempt read the ledger."""
+    if progress.transactional_id and progress.transactional_id != txid:
+        raise LedgerConflictError(
+            f"{where} was partly produced under transactional id {progress.transactional_id!r}, this attempt's is "
+            f"{txid!r} (transactional_id_prefix changed?): a zombie of the earlier attempt would not be fenced. "
+            "Finish it with the earlier prefix, or retire the entry (pipeline-project ledger retire)"
         )
 
 
