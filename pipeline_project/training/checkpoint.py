@@ -11,7 +11,13 @@ same prefix. `checkpoints/<run_name>/latest.json` points at the newest complete 
 so a crash mid-upload leaves the previous checkpoint current, and only with a conditional write: `IfMatch`
 the ETag this invocation read at its start (`IfNoneMatch="*"` when there was none). If another invocation
 moved it meanwhile, the write fails and `CheckpointConflictError` is raised; the loser's step folder is not
-referenced. A save that writes no safetensors raises `CheckpointWriteError` before anything is uploaded.
+referenced. botocore retries a write whose answer was lost, and the retry of a write the server already applied
+is refused like a lost race; so on any failed write `latest.json` is read again, and if it names this upload the
+write succeeded. The upload is removed only when `latest.json` names another writer's checkpoint. A save that
+writes no safetensors raises `CheckpointWriteError` before anything is uploaded.
+
+Reading never trusts S3: `latest.json` is validated (`checkpoint_ref.parse_ref`) and every downloaded key must
+land inside the target directory (`ingest.key_to_path`), else `InvalidCheckpointError`.
 
 `state.pt` holds only tensors and plain Python values (the numpy RNG state is stored as a list), and is
 read with `torch.load(weights_only=True)`: a file from S3 cannot run code when it is loaded. Files written
@@ -35,16 +41,25 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline_project.ingest import UnsafeKeyError, key_to_path
 from pipeline_project.settings import Settings
-from pipeline_project.training.errors import CheckpointConflictError, CheckpointWriteError
+from pipeline_project.training.checkpoint_ref import (
+    HF_DIR,
+    LATEST_FILE,
+    RESUME_DIR,
+    CheckpointRef,
+    LatestPointer,
+    make_ref,
+    parse_ref,
+)
+from pipeline_project.training.errors import CheckpointConflictError, CheckpointWriteError, InvalidCheckpointError
 
 log = logging.getLogger(__name__)
 
-HF_DIR = "hf"
-RESUME_DIR = "resume"
+__all__ = ["HF_DIR", "LATEST_FILE", "RESUME_DIR", "CheckpointRef", "LatestPointer"]  # re-exported
+
 STATE_FILE = "state.pt"
 DATA_STATE_FILE = "data_state.json"
-LATEST_FILE = "latest.json"
 
 
 class SavesTokenizer(Protocol):
@@ -62,27 +77,10 @@ class ResumeState:
 
 
 @dataclass(frozen=True)
-class CheckpointRef:
-    step: int
-    uri: str  # s3://bucket/checkpoints/<run>/step-<n>/
-    hf_uri: str
-    resume_uri: str
-    created_at: str
-
-
-@dataclass(frozen=True)
 class LoadedCheckpoint:
     ref: CheckpointRef
     hf_dir: Path
     resume: ResumeState
-
-
-@dataclass(frozen=True)
-class LatestPointer:
-    """`latest.json` as one invocation read it: the checkpoint it names and its ETag (None: no latest.json)."""
-
-    ref: CheckpointRef | None
-    etag: str | None
 
 
 def capture_rng() -> dict[str, Any]:
@@ -211,13 +209,7 @@ def upload_checkpoint(
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         keys.append(f"{step_prefix}/{path.relative_to(directory).as_posix()}")
         s3.upload_file(str(path), bucket, keys[-1])
-    ref = CheckpointRef(
-        step=step,
-        uri=f"s3://{bucket}/{step_prefix}/",
-        hf_uri=f"s3://{bucket}/{step_prefix}/{HF_DIR}/",
-        resume_uri=f"s3://{bucket}/{step_prefix}/{RESUME_DIR}/",
-        created_at=datetime.now(timezone.utc).isoformat(),
-    )
+    ref = make_ref(bucket, step_prefix, step, datetime.now(timezone.utc).isoformat())
     condition = {"IfMatch": expected.etag} if expected.etag else {"IfNoneMatch": "*"}
     try:
         put = s3.put_object(
@@ -227,13 +219,31 @@ def upload_checkpoint(
             ContentType="application/json",
             **condition,
         )
-    except Exception as exc:
-        if not _is_precondition_failure(exc):
-            raise
-        _delete_quietly(s3, bucket, keys)
-        raise _conflict(bucket, prefix, expected, step_prefix) from exc
+    except Exception as exc:  # noqa: BLE001 - settled by reading latest.json back
+        return _settle_failed_write(s3, bucket, prefix, ref, keys, expected, exc)
     etag = put.get("ETag") or s3.head_object(Bucket=bucket, Key=latest_key)["ETag"]
     return LatestPointer(ref=ref, etag=etag)
+
+
+def _settle_failed_write(
+    s3, bucket: str, prefix: str, ref: CheckpointRef, keys: list[str], expected: LatestPointer, exc: Exception
+) -> LatestPointer:
+    """The conditional write of latest.json raised. It may still have been applied: botocore sends a write again
+    when its answer was lost, and the server refuses the repeat (412) because latest.json already holds it. So
+    read latest.json: naming `ref` (its fresh id) means this write won. Only when it names another checkpoint
+    after a refused write is this upload removed; when it cannot be read, nothing is removed."""
+    try:
+        now = read_latest(s3, bucket, prefix)
+    except Exception as read_exc:  # outcome unknown: keep the upload, report the write's error
+        log.warning("latest.json unreadable after a failed write (%s); keeping %s", read_exc, ref.uri)
+        raise exc from read_exc
+    if now.ref == ref:
+        log.warning("the write of latest.json -> %s raised %s, but it was applied: continuing", ref.uri, exc)
+        return now
+    if not _is_precondition_failure(exc):
+        raise exc
+    _delete_quietly(s3, bucket, keys)
+    raise _conflict(bucket, prefix, expected, ref.uri.removeprefix(f"s3://{bucket}/").rstrip("/")) from exc
 
 
 def read_latest(s3, bucket: str, prefix: str) -> LatestPointer:
@@ -242,7 +252,7 @@ def read_latest(s3, bucket: str, prefix: str) -> LatestPointer:
         got = s3.get_object(Bucket=bucket, Key=f"{prefix.strip('/')}/{LATEST_FILE}")
     except s3.exceptions.NoSuchKey:
         return LatestPointer(ref=None, etag=None)
-    return LatestPointer(ref=CheckpointRef(**json.loads(got["Body"].read())), etag=got["ETag"])
+    return LatestPointer(ref=parse_ref(got["Body"].read(), bucket, prefix), etag=got["ETag"])
 
 
 def latest_ref(s3, bucket: str, prefix: str) -> CheckpointRef | None:
@@ -250,15 +260,28 @@ def latest_ref(s3, bucket: str, prefix: str) -> CheckpointRef | None:
 
 
 def download_prefix(s3, bucket: str, prefix: str, directory: str | Path) -> Path:
+    """Every object under `s3://bucket/prefix/` into `directory`, at its key below the prefix.
+
+    The whole listing is checked first: a key outside the prefix, or one whose rest is absolute, climbs with `..`
+    or lands outside `directory` in any other way, raises `InvalidCheckpointError` and nothing is downloaded.
+    """
     directory = Path(directory)
     prefix = prefix.strip("/") + "/"
+    targets = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
-            if obj["Key"].endswith("/"):  # directory markers of filesystem-backed S3 servers
+            key = obj["Key"]
+            if key.endswith("/") and key.startswith(prefix):  # directory markers of filesystem-backed servers
                 continue
-            target = directory / obj["Key"][len(prefix) :]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            s3.download_file(bucket, obj["Key"], str(target))
+            try:
+                if not key.startswith(prefix):
+                    raise UnsafeKeyError(f"key {key!r} is not under the listed prefix")
+                targets.append((key, key_to_path(directory, key[len(prefix) :])))
+            except UnsafeKeyError as exc:
+                raise InvalidCheckpointError(f"refusing to download s3://{bucket}/{prefix}: {exc}") from None
+    for key, target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        s3.download_file(bucket, key, str(target))
     return directory
 
 

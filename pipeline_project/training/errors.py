@@ -34,3 +34,14 @@ class CheckpointConflictError(TrainingError, RuntimeError):
 
     The losing invocation's checkpoint is left unreferenced (and removed best-effort); `latest.json` keeps
     pointing at the winner's. Run the training again to continue from the winner's checkpoint."""
+
+
+class InvalidCheckpointError(TrainingError, ValueError):
+    """A checkpoint reference or listing that must not be followed: a `latest.json` that is not a valid
+    reference (no integer step, a URI outside the lineage's prefix or bucket), or an S3 key that would be
+    written outside the download directory."""
+
+
+class RankFailedError(TrainingError, RuntimeError):
+    """A step that one rank ran for all (rank 0 reading `latest.json`, a node's local rank 0 downloading the
+    checkpoint) failed there; the other ranks raise this with its message instead of waiting forever."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 import pytest
@@ -19,6 +20,7 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.errors import CheckpointConflictError
 from pipeline_project.training.presets import build_model
 from pipeline_project.training.verify import reload_and_generate
+from pipeline_project_tests.reliability.lost_response import LoseResponses
 
 pytestmark = pytest.mark.stack
 
@@ -106,3 +108,35 @@ class _StaleView:
 
     def __getattr__(self, name):
         return getattr(self._s3, name)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["IfNoneMatch", "IfMatch"])
+@pytest.mark.parametrize("lost", [1, 100], ids=["first-answer-lost", "every-answer-lost"])
+def test_a_lost_answer_to_the_latest_json_write_is_not_taken_for_a_lost_race(stack, tmp_path, tiny_model, first, lost):
+    """The conditional PUT of latest.json is applied by the server but its answer is lost; botocore sends it again
+    and the retry is refused (412), since latest.json already holds it. The write succeeded: latest.json names
+    this upload, its folder stays whole, and the returned pointer chains the next upload."""
+    s3 = s3_client(stack)
+    prefix = f"checkpoints/test-lost-{uuid.uuid4().hex[:8]}"
+    local = save_checkpoint(
+        tmp_path / "local", model=tiny_model, tokenizer=None,
+        resume=ResumeState(step=2, tokens_seen=64, optimizer={}, data_states=[]),
+    )  # fmt: skip
+    expected = read_latest(s3, stack.bucket, prefix)
+    if not first:
+        expected = upload_checkpoint(s3, stack.bucket, prefix, 1, local, expected=expected)
+    with LoseResponses(s3, "PutObject", key_suffix="/latest.json", count=lost) as dropped:
+        pointer = upload_checkpoint(s3, stack.bucket, prefix, 2, local, expected=expected)
+    assert dropped.applied[0] == 200 and dropped.attempts >= 2  # applied, then sent again by botocore's retry
+    assert read_latest(s3, stack.bucket, prefix) == pointer and pointer.ref.step == 2
+    loaded = load_latest(s3, stack.bucket, prefix, tmp_path / "downloaded")
+    assert _digests(loaded.hf_dir.parent) == _digests(local)
+    assert upload_checkpoint(s3, stack.bucket, prefix, 3, local, expected=pointer).ref.step == 3
+
+
+def _digests(directory) -> dict[str, str]:
+    return {
+        p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
