@@ -15,16 +15,18 @@ from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 
 
-def refuse_other_content(produced, content_hash: str, batch_id: str, topic: str) -> None:
-    """`token_blocks` refuses a batch whose ledger entry records other content: refuse it here first, before
-    the index or the published manifest change, so both keep matching the blocks in the topic."""
-    if produced is not None and produced.content_hash != content_hash:
+def refuse_other_content(records, content_hash: str, batch_id: str, topic: str) -> None:
+    """`token_blocks` refuses a batch whose ledger entry (completed, or partly produced) records other content, or
+    whose content was retired: refuse it here first, before the index or the published manifest change, so both
+    keep matching the blocks in the topic."""
+    from pipeline_project.streaming.ledger_checks import refusal_for_content
+
+    why = refusal_for_content(records, batch_id, content_hash)
+    if why is not None:
         raise dg.Failure(
-            description=f"batch {batch_id} is already in topic {topic} (ledger content {produced.content_hash[:12]} "
-            f"at offsets {dict(produced.offsets)}); cleaning it again gives other content ({content_hash[:12]}), "
-            "which token_blocks would refuse. Nothing was published: the shard manifest and the dedup index "
-            "still match the blocks in the topic. Clean changed input as a new batch.",
-            metadata={"ledger_content_hash": produced.content_hash, "content_hash": content_hash},
+            description=f"batch {batch_id} of topic {topic}: {why}. token_blocks would refuse it, so nothing was "
+            "published: the shard manifest and the dedup index still match the blocks in the topic.",
+            metadata={"content_hash": content_hash},
             allow_retries=False,
         )
 
@@ -60,7 +62,6 @@ def cleaned_shards(
     mh = config.dedup.minhash
     index = dedup.open(num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets)
     records = publish.exclusion_recorder(config)
-    produced = kafka.ledger_entry(layout.topic, batch_id)
     previous = publish.read_shard_manifest_or_none(client, layout.bucket, layout.shard_dir(batch_id))
 
     # This attempt writes under prefixes of its own; what was published before stays until the new manifest
@@ -80,7 +81,8 @@ def cleaned_shards(
             cleaner = StreamingCleaner(config, pool, cleaning.chunk_docs, cleaning.chunk_mb << 20)
             out = cleaner.run(iter_batch_items(client, manifest, config), batch_id, index, writer, records)
         shard_manifest = _manifest(batch_id, config, manifest, out, writer)
-        refuse_other_content(produced, shard_manifest.content_hash(), batch_id, layout.topic)
+        refuse_other_content(kafka.ledger_records(layout.topic, batch_id), shard_manifest.content_hash(), batch_id,
+                             layout.topic)  # fmt: skip
         cleaner.commit(out, index, writer, records)
     except BaseException:
         writer.abort()

@@ -22,6 +22,7 @@ from pipeline_project.streaming.kafka_client import (
 )
 
 if TYPE_CHECKING:
+    from pipeline_project.streaming.ledger import LedgerRecords
     from pipeline_project.streaming.producer import ProduceReport
 
 PREFLIGHT_TIMEOUT_S = 5.0
@@ -119,6 +120,13 @@ class KafkaResource(dg.ConfigurableResource):
 
         with self.ledger_index() as index:
             return read_ledger(self.settings(), topic, keys=[ledger_key], index=index).get(ledger_key)
+
+    def ledger_records(self, topic: str, ledger_key: str) -> LedgerRecords:
+        """Every ledger record of `ledger_key`: its completion, progress and retirement records."""
+        from pipeline_project.streaming.ledger import read_ledger_records
+
+        with self.ledger_index() as index:
+            return read_ledger_records(self.settings(), topic, keys=[ledger_key], index=index)
 
     @contextlib.contextmanager
     def ledger_index(self) -> Iterator[Any]:

@@ -10,6 +10,9 @@ describes, so a read_committed reader sees a record exactly when its blocks are 
   transaction of a batch still being produced: how many blocks (a prefix of the batch's block
   stream) and offsets are committed so far, with the hash of that prefix. The completion record's
   transaction tombstones it.
+* retirements, key = `<ledger key>#retired`: the audit log of the key's retired entries (`ledger_retire`),
+  each with the record it retired (whose blocks stay in the topic), the reason, who and when; the latest
+  value holds the whole log. A completion or progress record with retired content is not the key's entry.
 
 `produce_blocks` (in `producer`) uses both to produce each key exactly once, resuming an
 interrupted batch after its committed prefix. `read_ledger_records` reads to the partition's high
@@ -33,6 +36,7 @@ from pipeline_project.streaming.errors import ReadTimeoutError, TopicMissingErro
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.ledger_index import Changes, LedgerIndex, LedgerIndexUnavailableError
 from pipeline_project.streaming.offsets import list_offsets
+from pipeline_project.streaming.retirements import Retirement, retirements_from_json
 from pipeline_project.streaming.topics import ensure_topic, topic_id
 
 log = logging.getLogger(__name__)
@@ -42,6 +46,7 @@ WATERMARK_TIMEOUT_S = 15.0
 LEDGER_SUFFIX = ".ledger"
 LEDGER_SCHEMA = 2
 PROGRESS_SUFFIX = "#progress"
+RETIRED_SUFFIX = "#retired"
 
 
 def _known_fields(cls: type, d: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +100,7 @@ class ProduceReport:
     stream_hash: str = ""  # xxh3-64 of the batch's block stream, as little-endian uint32 bytes
     # per domain (messages with a domain header): {"messages", "blocks", "tokens", "pad_tokens", "docs"}
     domains: dict[str, dict[str, int]] = field(default_factory=dict)
+    retired_blocks: int = 0  # blocks of retired entries of this key still in the topic (`ledger_retire`)
 
     def to_ledger_json(self) -> bytes:
         d = asdict(self)
@@ -140,6 +146,7 @@ class ProduceReport:
             "kafka_stats": self.kafka_stats,
             "packing": self.packing,
             "domains": self.domains,
+            "retired_blocks": self.retired_blocks,
         }
 
     def fingerprint(self) -> tuple[str, str, int]:
@@ -188,10 +195,23 @@ class LedgerRecords:
     completed: dict[str, ProduceReport]
     progress: dict[str, ProgressRecord]  # by ledger key (without the suffix)
     read: int = 0  # ledger records read from Kafka (with an index: those written since its offsets)
+    retired: dict[str, list[Retirement]] = field(default_factory=dict)  # by ledger key: its audit log
+
+    def drop_retired(self) -> None:
+        """Forget completion and progress records of retired content: a cache that missed the retirement's
+        tombstones (compacted away) still decides as the ledger does."""
+        for key, log in self.retired.items():
+            for records in (self.completed, self.progress):
+                if key in records and any(r.covers(records[key]) for r in log):
+                    del records[key]
 
 
 def progress_key(ledger_key: str) -> str:
     return ledger_key + PROGRESS_SUFFIX
+
+
+def retired_key(ledger_key: str) -> str:
+    return ledger_key + RETIRED_SUFFIX
 
 
 def ledger_topic(topic: str) -> str:
@@ -249,7 +269,7 @@ def read_ledger_records(
     """
     name = ledger_topic(topic)
     records = LedgerRecords({}, {})
-    wanted = None if keys is None else {k for key in keys for k in (key, progress_key(key))}
+    wanted = None if keys is None else {k for key in keys for k in (key, progress_key(key), retired_key(key))}
     consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
     try:
         md = consumer.list_topics(topic=name, timeout=timeout_s).topics.get(name)
@@ -307,13 +327,20 @@ def read_ledger_records(
                 index.update(ledger_id, changes, {p: max(starts[p], ends[p]) for p in parts})
             except LedgerIndexUnavailableError as exc:
                 log.warning("%s; the ledger index stays at its previous offsets", exc)
+        records.drop_retired()
         return records
     finally:
         consumer.close()
 
 
 def _apply(records: LedgerRecords, key: str, value: bytes | None) -> None:
-    if key.endswith(PROGRESS_SUFFIX):
+    if key.endswith(RETIRED_SUFFIX):
+        key = key[: -len(RETIRED_SUFFIX)]
+        if value is None:
+            records.retired.pop(key, None)
+        else:
+            records.retired[key] = retirements_from_json(value)
+    elif key.endswith(PROGRESS_SUFFIX):
         key = key[: -len(PROGRESS_SUFFIX)]
         if value is None:
             records.progress.pop(key, None)

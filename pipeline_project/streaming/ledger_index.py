@@ -15,9 +15,11 @@ ledger has a new topic id, so its cache starts empty. The index is a cache: when
 is read from the start, with a warning.
 
 A cache left more than the ledger's `delete.retention.ms` (24 h by default) behind can miss a tombstone that
-compaction has dropped meanwhile. The ledger's only tombstones retire the progress record of a batch whose
-completion record is written in the same transaction, and a completion record always wins over a progress
-record, so such a stale progress record changes no decision.
+compaction has dropped meanwhile. The ledger's tombstones retire the progress record of a batch whose
+completion record is written in the same transaction (and a completion record always wins over a progress
+record), or a retired entry, whose audit record `<key>#retired` is written in the same transaction and is never
+tombstoned (`LedgerRecords.drop_retired` forgets the retired records it names). So such a stale record changes
+no decision.
 """
 
 from __future__ import annotations

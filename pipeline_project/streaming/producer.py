@@ -47,6 +47,7 @@ from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.kafka_stats import KafkaStats
 from pipeline_project.streaming.ledger import (
     PROGRESS_SUFFIX,
+    RETIRED_SUFFIX,
     ProduceReport,
     ProgressRecord,
     ensure_ledger_topic,
@@ -54,6 +55,7 @@ from pipeline_project.streaming.ledger import (
     read_ledger,
     read_ledger_records,
 )
+from pipeline_project.streaming.ledger_checks import check_not_retired, check_record, check_same_writer
 from pipeline_project.streaming.ledger_index import LedgerIndex
 from pipeline_project.streaming.packing import DomainPackers
 from pipeline_project.streaming.prefetch import prefetch_batches
@@ -147,8 +149,8 @@ def produce_blocks(
     the start, so the setup costs the batches written since, not all of them.
     """
     config = config or ProducerConfig()
-    if ledger_key.endswith(PROGRESS_SUFFIX):
-        raise ValueError(f"ledger key {ledger_key!r} must not end with {PROGRESS_SUFFIX!r} (progress records do)")
+    if ledger_key.endswith((PROGRESS_SUFFIX, RETIRED_SUFFIX)):
+        raise ValueError(f"ledger key {ledger_key!r} must not end with {PROGRESS_SUFFIX!r} or {RETIRED_SUFFIX!r}")
     txid = transactional_id or transactional_id_for(settings, topic, ledger_key)
     started = time.perf_counter()
     items = iter(blocks_iter)
@@ -168,10 +170,17 @@ def produce_blocks(
     admin, producer, current_id, records = conn.admin, conn.producer, conn.topic_id, conn.records
     fingerprint = (content_hash, tokenizer.hash, seq_len)
     where = f"ledger {ledger_topic(topic)} key {ledger_key!r}"
+    retired = [r for r in records.retired.get(ledger_key, []) if r.topic_id == current_id]
     existing = records.completed.get(ledger_key)
+    if existing is not None or retired:
+        try:
+            check_not_retired(retired, content_hash, where)
+        except LedgerConflictError:
+            _close_input(items)
+            raise
     if existing is not None:
         _close_input(items)
-        _check_record(existing, fingerprint, current_id, where, "records")
+        check_record(existing, fingerprint, current_id, where, "records")
         wait_until_visible(admin, _last_offsets(topic, existing.offsets), config.visibility_timeout_s)
         existing.reused = True
         existing.seconds = time.perf_counter() - started
@@ -182,8 +191,8 @@ def produce_blocks(
     per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
     stream: Iterable[StreamItem] = rechunk(itertools.chain(ahead, items), per_message)  # per domain when tagged
     if progress is not None:
-        _check_record(progress, fingerprint, current_id, where, "has a partly produced batch of")
-        _check_same_writer(progress, txid, where)
+        check_record(progress, fingerprint, current_id, where, "has a partly produced batch of")
+        check_same_writer(progress, txid, where)
         log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
                  progress.blocks, progress.transactions)  # fmt: skip
         # the committed prefix ends on a message boundary: skipping whole messages keeps the uninterrupted cut
@@ -210,7 +219,7 @@ def produce_blocks(
             tail_tokens=_packer.tail_tokens if _packer else t.padded_blocks * seq_len - t.pad_tokens,
             dropped_tokens=_packer.dropped_tokens if _packer else 0,
             transactions=t.transactions, resumed_blocks=t.resumed_blocks, stream_hash=stream_hash,
-            domains=_domain_report(t, seq_len, _packer),
+            domains=_domain_report(t, seq_len, _packer), retired_blocks=sum(r.blocks for r in retired),
         )  # fmt: skip
 
     def progress_record(t: BatchTotals, stream_hash: str) -> ProgressRecord:
@@ -322,33 +331,6 @@ def _serve_stats(producer: Any, stats: KafkaStats | None, interval_ms: int) -> N
     deadline = time.monotonic() + 1.5 * interval_ms / 1000
     while stats is not None and stats.samples == 0 and time.monotonic() < deadline:
         producer.poll(0.05)
-
-
-def _check_record(record: Any, fingerprint: tuple, current_id: str, where: str, what: str) -> None:
-    if record.fingerprint() != fingerprint:
-        content, tok_hash, seq_len = fingerprint
-        raise LedgerConflictError(
-            f"{where} {what} content {record.content_hash} (tokenizer {record.tokenizer_hash[:12]}, seq_len "
-            f"{record.seq_len}) at offsets {record.offsets}; refusing to add content {content} (tokenizer "
-            f"{tok_hash[:12]}, seq_len {seq_len}) under the same key"
-        )
-    if record.topic_id and record.topic_id != current_id:
-        raise LedgerConflictError(
-            f"{where} {what} blocks in topic id {record.topic_id}, but the topic now has id {current_id}: it was "
-            "deleted and recreated, and those blocks are gone with it. Delete the ledger topic too (or use a new "
-            "ledger key) to produce the batch again"
-        )
-
-
-def _check_same_writer(progress: ProgressRecord, txid: str, where: str) -> None:
-    """init_transactions fences only its own transactional id: resuming under another one leaves the earlier
-    attempt's zombie free to commit its open transaction after this attempt read the ledger."""
-    if progress.transactional_id and progress.transactional_id != txid:
-        raise LedgerConflictError(
-            f"{where} was partly produced under transactional id {progress.transactional_id!r}, this attempt's is "
-            f"{txid!r} (transactional_id_prefix changed?): a zombie of the earlier attempt would not be fenced. "
-            "Finish it with the earlier prefix, or retire the entry (pipeline-project ledger retire)"
-        )
 
 
 def _last_offsets(topic: str, ranges: dict[int, tuple[int, int]]) -> dict[tuple[str, int], int]:

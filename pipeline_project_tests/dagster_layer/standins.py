@@ -25,6 +25,7 @@ from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.streaming.format import PAD_TOKEN
+from pipeline_project.streaming.ledger import LedgerRecords
 from pipeline_project.streaming.packing import DomainPackers
 from pipeline_project.streaming.producer import ProduceReport
 
@@ -189,6 +190,10 @@ class MemoryKafkaResource(KafkaResource):
 
     def ledger_entry(self, topic: str, ledger_key: str) -> ProduceReport | None:
         return self._state()["ledger"].get((topic, ledger_key))
+
+    def ledger_records(self, topic: str, ledger_key: str) -> LedgerRecords:
+        entry = self.ledger_entry(topic, ledger_key)
+        return LedgerRecords(completed={ledger_key: entry} if entry else {}, progress={})
 
     def verify_blocks(self, report: ProduceReport) -> dict[str, Any]:
         partitions = self._state()["topics"][report.topic]

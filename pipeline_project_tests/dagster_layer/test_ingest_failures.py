@@ -72,7 +72,7 @@ def test_recleaning_a_produced_batch_with_other_content_is_refused_before_any_wr
     result = _materialize(instance, res, batch, [cleaned_shards])
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
-    assert "already in topic" in failure.step_failure_data.user_failure_data.description
+    assert "already in the topic" in failure.step_failure_data.user_failure_data.description
     assert _objects(res, layout) == before  # no shard, manifest, exclusion or dedup-index write
     assert instance.get_latest_materialization_event(cleaned_shards.key) is not None  # the first one stays
 
