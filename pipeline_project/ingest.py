@@ -35,9 +35,22 @@ MANIFEST_PREFIX = "manifests/"
 INGEST_REASONS = {
     "object_missing": "the object was deleted between the sensor's listing and the run (NoSuchKey)",
     "object_changed": "the object was overwritten after the manifest was written (another etag)",
+    "object_access_denied": "S3 refuses this object to the pipeline's credentials (AccessDenied)",
+    "object_archived": "the object is in an archive storage class and must be restored first (InvalidObjectState)",
+    "object_unreadable": "the object's KMS key is disabled or gone, so S3 cannot decrypt it",
 }
-_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
-_CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
+# S3 error codes that concern one object and do not heal by retrying: that object is quarantined with the reason,
+# and the batch goes on. Every other error (SlowDown, 5xx, RequestTimeout, connection resets, and codes not named
+# here) propagates: botocore and the asset's retry policy retry it, and once they give up the batch fails.
+PER_OBJECT_ERRORS = {
+    **dict.fromkeys(("NoSuchKey", "NoSuchVersion", "404", "NotFound"), "object_missing"),
+    **dict.fromkeys(("PreconditionFailed", "412", "InvalidRange", "416"), "object_changed"),
+    **dict.fromkeys(("AccessDenied", "AllAccessDisabled", "403"), "object_access_denied"),
+    **dict.fromkeys(("InvalidObjectState", "ObjectNotInActiveTierError"), "object_archived"),
+    **dict.fromkeys(
+        ("KMS.DisabledException", "KMS.NotFoundException", "KMS.KMSInvalidStateException"), "object_unreadable"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -188,12 +201,13 @@ def _error_code(exc: Exception) -> str:
 def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
     """Every document (or quarantine record) of a batch, in manifest order; at least one record per object.
 
-    An object with an unsupported suffix, one larger than `reader.max_decompressed_bytes`, one deleted since the
-    sensor listed it (`object_missing`) or overwritten since the manifest was written (`object_changed`) becomes
-    one quarantine record, and the batch goes on. Objects are read in ranged blocks (`object_blocks`) and JSONL
+    An object with an unsupported suffix, one larger than `reader.max_decompressed_bytes`, or one that S3 refuses
+    with a per-object, permanent error (`PER_OBJECT_ERRORS`: deleted since the sensor listed it, overwritten since
+    the manifest was written, access denied, archived, its KMS key gone) becomes one quarantine record carrying
+    the S3 error code, and the batch goes on. Objects are read in ranged blocks (`object_blocks`) and JSONL
     is parsed as the blocks arrive (`read_stream`); an object that changes or vanishes while it streams keeps
-    the documents read before, and the rest of it is that one quarantine record. Other errors (network,
-    permissions) propagate, so the asset's retry policy applies; `read_stream` itself never raises on input.
+    the documents read before, and the rest of it is that one quarantine record. Other errors (throttling, 5xx,
+    the network) propagate, so the asset's retry policy applies; `read_stream` itself never raises on input.
     """
     from pipeline_project.cleaning import Quarantined, read_stream
 
@@ -210,19 +224,11 @@ def iter_batch_items(client, manifest: BatchManifest, config) -> Iterator:
             yield from read_stream(obj.key, object_blocks(client, manifest.bucket, obj), config)
         except ObjectChangedError as exc:
             yield quarantine("object_changed", str(exc))
-            continue
-        except client.exceptions.NoSuchKey:
-            yield quarantine("object_missing", f"s3://{manifest.bucket}/{obj.key} no longer exists")
-            continue
         except client.exceptions.ClientError as exc:
-            code = _error_code(exc)
-            if code in _MISSING_CODES:
-                yield quarantine("object_missing", f"s3://{manifest.bucket}/{obj.key} no longer exists ({code})")
-                continue
-            if code in _CHANGED_CODES:
-                yield quarantine("object_changed", f"s3://{manifest.bucket}/{obj.key} changed ({code})")
-                continue
-            raise
+            code = _error_code(exc) or ("NoSuchKey" if isinstance(exc, client.exceptions.NoSuchKey) else "")
+            if code not in PER_OBJECT_ERRORS:
+                raise
+            yield quarantine(PER_OBJECT_ERRORS[code], f"s3://{manifest.bucket}/{obj.key}: {code}: {exc}")
 
 
 def key_components(key: str) -> list[str]:

@@ -113,18 +113,31 @@ def _client_error(code: str, status: int) -> ClientError:
         ("404", 404, "object_missing"),
         ("NotFound", 404, "object_missing"),
         ("PreconditionFailed", 412, "object_changed"),
+        ("InvalidRange", 416, "object_changed"),
+        ("AccessDenied", 403, "object_access_denied"),
+        ("403", 403, "object_access_denied"),
+        ("InvalidObjectState", 403, "object_archived"),
+        ("KMS.DisabledException", 400, "object_unreadable"),
     ],
 )
-def test_missing_or_changed_as_plain_client_errors(code, status, reason):
+def test_per_object_permanent_errors_quarantine_that_object_with_its_code(code, status, reason):
     objects = _store(FILES)
     client = FlakyS3Client(objects, {"raw/b.txt": _client_error(code, status)})
     items = list(iter_batch_items(client, _manifest(objects), CleaningConfig()))
     assert ("raw/b.txt", reason) in _outcome(items) and len(items) == 4
+    assert code in next(i.detail for i in items if i.id == "raw/b.txt")
 
 
 @pytest.mark.parametrize(
     "error",
-    [_client_error("AccessDenied", 403), _client_error("SlowDown", 503), EndpointConnectionError(endpoint_url="x")],
+    [
+        _client_error("SlowDown", 503),
+        _client_error("InternalError", 500),
+        _client_error("ServiceUnavailable", 503),
+        _client_error("RequestTimeout", 400),
+        _client_error("SomethingNew", 400),  # a code not known to be per-object: the batch fails, nothing is hidden
+        EndpointConnectionError(endpoint_url="x"),
+    ],
 )
 def test_other_errors_propagate_for_the_retry_policy(error):
     objects = _store(FILES)

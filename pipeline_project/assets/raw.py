@@ -38,8 +38,18 @@ def raw_text(context: dg.AssetExecutionContext, s3: S3Resource, layout: Pipeline
             "formats": dict(Counter(format_of(o.key) for o in manifest.objects)),
             "missing_or_changed": len(problems),
             "manifest": dg.MetadataValue.path(f"s3://{layout.bucket}/{manifest_key(manifest.batch_id)}"),
+            "object_table": dg.MetadataValue.md(objects_table(manifest, problems)),
         }
     )
+
+
+def objects_table(manifest, problems: list[str], limit: int = 200) -> str:
+    """The batch's objects as a markdown table (the first `limit`), each with what the HEAD found."""
+    found = dict(p.split(": ", 1) for p in problems)
+    rows = [f"| {o.key} | {o.size} | {o.etag} | {found.get(o.key, 'ok')} |" for o in manifest.objects[:limit]]
+    more = len(manifest.objects) - limit
+    tail = [f"\n{more} more in the manifest"] if more > 0 else []
+    return "\n".join(["| key | bytes | etag | S3 now |", "|---|---:|---|---|", *rows, *tail])
 
 
 def _changed_objects(client, bucket: str, manifest) -> list[str]:
@@ -47,8 +57,8 @@ def _changed_objects(client, bucket: str, manifest) -> list[str]:
     for obj in manifest.objects:
         try:
             head = client.head_object(Bucket=bucket, Key=obj.key)
-        except client.exceptions.ClientError:
-            changed.append(f"{obj.key}: missing")
+        except client.exceptions.ClientError as exc:
+            changed.append(f"{obj.key}: {exc.response.get('Error', {}).get('Code') or 'unreadable'}")
             continue
         if str(head.get("ETag", "")).strip('"') != obj.etag or int(head["ContentLength"]) != obj.size:
             changed.append(f"{obj.key}: etag/size differ")
