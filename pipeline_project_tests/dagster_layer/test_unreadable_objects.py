@@ -28,7 +28,7 @@ pytestmark = pytest.mark.stack
 class FaultyS3Resource(S3Resource):
     """A real client to the stack's S3 whose GetObject answers `faults[key]` (an S3 error code) for the keys named."""
 
-    faults: dict[str, str] = {}
+    faults: dict[str, str] = {}  # noqa: RUF012 (pydantic copies field defaults)
 
     def get_client(self):
         client = super().get_client()
