@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from pipeline_project.batches_cli import batches_app
 from pipeline_project.cluster.cli import cluster_app
 from pipeline_project.ledger_cli import ledger_app
 from pipeline_project.stack import SERVICES, Stack, StackConfig, StackError, parse_services, tool_command
@@ -34,6 +35,7 @@ stack_app = typer.Typer(
 )
 app.add_typer(stack_app, name="stack")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(batches_app, name="batches")
 app.add_typer(ledger_app, name="ledger")
 
 # Aliases whose tool takes --bootstrap-server: the stack's brokers are filled in when the caller gives none.
