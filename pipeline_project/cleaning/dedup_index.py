@@ -54,6 +54,7 @@ class DedupIndex:
         self.band_keys = np.zeros(0, dtype=np.uint64)
         self.band_entries = np.zeros(0, dtype=np.uint32)
         self.signatures = np.zeros((0, num_perm), dtype=np.uint32)
+        self._pending: dict[str, tuple] = {}  # reserved attempts, not yet published
 
     def __len__(self) -> int:
         return len(self.doc_ids)
@@ -74,6 +75,21 @@ class DedupIndex:
         self.drop_batch(batch_id)
         self.add(batch_id, list(doc_ids), exact_keys, band_keys, signatures)
         return {}
+
+    def reserve_batch(self, batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold) -> dict:
+        """Hold a batch's kept documents back until `publish(attempt)` (the PostgreSQL index's protocol)."""
+        self._pending[attempt] = (batch_id, list(doc_ids), exact_keys, band_keys, signatures)
+        return {}
+
+    def confirm(self, attempt: str) -> None:
+        """One process holds the in-memory index: a reserved attempt stays reserved."""
+
+    def publish(self, attempt: str) -> None:
+        if attempt in self._pending:
+            self.commit_batch(*self._pending.pop(attempt), near_threshold=1.0)
+
+    def abandon(self, attempt: str) -> None:
+        self._pending.pop(attempt, None)
 
     def entry(self, number: int) -> IndexEntry:
         return IndexEntry(self.batches[int(self.doc_batch[number])], self.doc_ids[number])

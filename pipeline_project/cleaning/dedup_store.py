@@ -1,22 +1,40 @@
 """The cross-batch dedup index in PostgreSQL: point lookups, and first-writer-wins inserts decided by the database.
 
-Tables (created on first use):
+The index holds only documents of published batches. Tables (created on first use; `dedup_attempts` shows the
+lifecycle):
 
-    dedup_docs   one row per kept document: (id, batch_id, doc_id, exact_key, signature)
-    dedup_exact  exact content hash -> the document that holds it (PRIMARY KEY: one owner per hash)
-    dedup_bands  MinHash band key   -> the first document seen with it (PRIMARY KEY: one owner per band)
+    dedup_attempts  one row per try at publishing a batch: (attempt, batch_id, state pending|published)
+    dedup_docs      one row per kept document of an attempt: (id, attempt, batch_id, doc_id, exact_key, signature)
+    dedup_exact     exact content hash -> the document that holds it (PRIMARY KEY: one owner per hash)
+    dedup_bands     MinHash band key   -> the first document seen with it (PRIMARY KEY: one owner per band)
+    dedup_handover  keys a re-run takes over from its batch's earlier publication when it is published
 
-A batch's cost is O(batch): lookups send its keys (`= ANY(array)`), inserts go through COPY into a temporary
-table. Concurrent batches stay correct without any Dagster pool: `commit_batch` inserts with
-`ON CONFLICT DO NOTHING`, and PostgreSQL makes a second writer of the same key wait for the first to commit,
-then reports the key as taken. A document whose exact hash was taken meanwhile is a duplicate; one whose
-band key was taken by a similar enough document (signature estimate, like every cross-batch candidate) is
-a near duplicate. Both are handed back as late drops and their rows removed in the same transaction, so the
-index only ever holds documents that are in a committed batch's shards. Keys are inserted in sorted order,
-so two writers never deadlock.
+Protocol (`cleaned_shards`): clean with lookups, which see published attempts only -> `reserve_batch` inserts the
+kept documents as a *pending* attempt, first writer wins -> exclusion sink and manifest (which names the attempt)
+-> `publish` marks the attempt published. Why pending rows rather than publishing first: the index decides which
+of two concurrent batches keeps a new document, and that decision must precede the manifest that lists it; a
+manifest written first could not be corrected without a second manifest write (the same window, moved). So a
+crash at any point leaves either nothing visible or a manifest whose attempt can be told to be published:
 
-Re-running a batch replaces its own rows: lookups ignore the batch's own rows, and `commit_batch` deletes
-them before inserting. Same semantics as the in-memory `DedupIndex` (a band key keeps its first owner).
+* the attempt's session holds a PostgreSQL advisory lock (`dedup_attempts.lock_key`) from `reserve_batch` to
+  `publish`; a process that dies loses its session and so the lock. That is the liveness signal, PostgreSQL's own.
+* `begin_batch` resolves every pending attempt whose lock is free: published if the batch's manifest names it
+  (`is_published`, the S3 check the caller passes), otherwise its rows are deleted. A dead attempt never makes a
+  later batch drop a document, and a batch killed after its manifest is in the index before the next lookups.
+* a pending key blocks: a batch whose insert meets a key held by a pending attempt rolls its transaction back,
+  waits on that attempt's lock (bounded by `wait_s`), resolves it if it died, and tries again. So two concurrent
+  batches with the same new document never both keep it (the second waits, then finds it published) and never
+  both drop it (a dead first writer's rows are deleted before the second decides). A key held by a published
+  document of another batch is decided as before: exact -> duplicate, band -> near duplicate by signature
+  estimate. Those are handed back as late drops and their rows removed in the same transaction. Keys are
+  inserted in sorted order, and no transaction that holds inserted rows waits on an attempt, so none deadlock.
+
+Re-running a batch: lookups ignore the batch's own rows, and its earlier publication stays visible until the
+re-run is published; then, in one transaction, the keys both share pass to the re-run (`dedup_handover`) and
+the earlier publication's rows go. What is left open: an attempt whose PostgreSQL session ends while its process
+goes on to write the manifest can be judged dead first; its `publish` then fails (the step fails and its retry
+re-commits), and if it is never re-run, later batches may keep a second copy of its documents; never lose one.
+Same lookups as the in-memory `DedupIndex` (a band key keeps its first owner).
 """
 
 from __future__ import annotations
@@ -24,76 +42,55 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from pipeline_project.cleaning import dedup_attempts as attempts
+from pipeline_project.cleaning.dedup_attempts import SCHEMA_VERSION, AttemptLostError
 from pipeline_project.cleaning.dedup_index import DedupIndex, IndexEntry
+from pipeline_project.cleaning.dedup_traffic import IndexTraffic, copy_text, first_line, row_bytes, signed
 from pipeline_project.cleaning.errors import CleaningError
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+__all__ = ["AttemptLostError", "DedupStoreUnavailableError", "IndexTraffic", "PostgresDedupIndex"]
+
 _LOOKUP_CHUNK = 100_000
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS dedup_docs (
-    id BIGSERIAL PRIMARY KEY,
-    batch_id TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    exact_key BIGINT,
-    signature BYTEA,
-    UNIQUE (batch_id, doc_id)
-);
-CREATE TABLE IF NOT EXISTS dedup_exact (
-    key BIGINT PRIMARY KEY,
-    doc BIGINT NOT NULL REFERENCES dedup_docs (id) ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS dedup_bands (
-    key BIGINT PRIMARY KEY,
-    doc BIGINT NOT NULL REFERENCES dedup_docs (id) ON DELETE CASCADE
-);
-CREATE INDEX IF NOT EXISTS dedup_exact_doc ON dedup_exact (doc);
-CREATE INDEX IF NOT EXISTS dedup_bands_doc ON dedup_bands (doc);
-"""
-
-
-@dataclass
-class IndexTraffic:
-    """What one open index moved to and from the database: the per-batch cost that must not grow with history."""
-
-    lookup_s: float = 0.0
-    commit_s: float = 0.0
-    keys_queried: int = 0
-    rows_read: int = 0
-    bytes_read: int = 0  # key, entry, batch id, document id and signature of every row a lookup or commit read back
-    rows_written: int = 0
-    bytes_written: int = 0  # the COPY text sent
-
-    def as_dict(self) -> dict:
-        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
-
-
-def _row_bytes(batch: str, doc_id: str, sig) -> int:
-    return 16 + len(batch) + len(doc_id) + (len(sig) if sig is not None else 0)
+_MAX_ROUNDS = 50  # reserve tries: each waits out or resolves the pending attempts it met
 
 
 class DedupStoreUnavailableError(CleaningError):
     """The dedup database cannot be reached or answered with an error."""
 
 
-def _signed(keys: np.ndarray) -> list[int]:
-    """uint64 keys as the BIGINTs PostgreSQL stores (same 64 bits)."""
-    return np.ascontiguousarray(keys, dtype=np.uint64).view(np.int64).tolist()
+class _Blocked(Exception):
+    """Keys of this reserve are held by pending attempts of other batches (to wait on, then try again)."""
+
+    def __init__(self, pending: set[str]):
+        super().__init__(sorted(pending))
+        self.pending = pending
 
 
 class PostgresDedupIndex:
-    """Same lookups as `DedupIndex`, over a PostgreSQL database (`url`: a libpq connection string)."""
+    """Same lookups as `DedupIndex`, over a PostgreSQL database (`url`: a libpq connection string).
+
+    `is_published(batch_id, attempt)`: whether the batch's published manifest names the attempt (the asset checks
+    S3). Without it, a dead attempt reserved for a manifest is left pending (its keys stay blocked), and one that
+    `commit_batch` reserved (no manifest) is deleted. `wait_s`: how long a reserve waits on another live attempt.
+    """
 
     def __init__(
-        self, url: str, num_perm: int = 112, num_bands: int = 14, connect_timeout_s: int = 10, schema: str = "dedup"
+        self,
+        url: str,
+        num_perm: int = 112,
+        num_bands: int = 14,
+        connect_timeout_s: int = 10,
+        schema: str = "dedup",
+        is_published: Callable[[str, str], bool] | None = None,
+        wait_s: float = 600.0,
     ):
         if not schema.replace("_", "").isalnum():
             raise CleaningError(f"dedup index schema {schema!r}: letters, digits and _ only")
@@ -102,9 +99,12 @@ class PostgresDedupIndex:
         self.num_perm = num_perm
         self.num_bands = num_bands
         self.connect_timeout_s = connect_timeout_s
+        self.is_published = is_published
+        self.wait_s = wait_s
         self.batch_id: str | None = None
         self._entries: dict[int, tuple[str, str, bytes | None]] = {}
         self._conn = None
+        self._held: dict[str, int] = {}  # attempts whose lock this session holds -> the session's backend pid
         self.traffic = IndexTraffic()
 
     # -- connection -------------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class PostgresDedupIndex:
                     self.url, connect_timeout=self.connect_timeout_s, options=f"-c search_path={self.schema}"
                 )
             except psycopg2.Error as exc:
-                raise DedupStoreUnavailableError(f"dedup index database unreachable: {_first_line(exc)}") from None
+                raise DedupStoreUnavailableError(f"dedup index database unreachable: {first_line(exc)}") from None
             self._ensure_schema()
         return self._conn
 
@@ -132,13 +132,18 @@ class PostgresDedupIndex:
                 yield cur
         except psycopg2.OperationalError as exc:
             self.close()
-            raise DedupStoreUnavailableError(f"dedup index database failed: {_first_line(exc)}") from None
+            raise DedupStoreUnavailableError(f"dedup index database failed: {first_line(exc)}") from None
 
     def _ensure_schema(self) -> None:
         with self._conn, self._conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.dedup_schema'))")
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-            cur.execute(_SCHEMA)
+            cur.execute("CREATE TABLE IF NOT EXISTS dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            cur.execute("SELECT value FROM dedup_meta WHERE name = 'schema_version'")
+            row = cur.fetchone()
+            cur.execute(attempts.SCHEMA)
+            if row is not None and row[0] == "1":
+                cur.execute(attempts.MIGRATE_FROM_1)
             cur.execute(
                 "INSERT INTO dedup_meta (name, value) VALUES ('schema_version', %s), ('num_perm', %s), "
                 "('num_bands', %s) ON CONFLICT (name) DO NOTHING",
@@ -154,19 +159,22 @@ class PostgresDedupIndex:
             )
 
     def close(self) -> None:
+        """Close the session: the locks of its attempts go with it (a pending one is resolved by the next batch)."""
+        self._held.clear()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
     # -- the DedupIndex lookups ---------------------------------------------------------------------------------
     def begin_batch(self, batch_id: str) -> None:
-        """Lookups from now on ignore the batch's own rows (a re-run must not find itself)."""
+        """Resolve dead attempts; lookups from now on ignore the batch's own rows (a re-run must not find itself)."""
         self.batch_id = batch_id
         self._entries.clear()
+        self.resolve_dead_attempts()
 
     def __len__(self) -> int:
         with self._cursor() as cur:
-            cur.execute("SELECT count(*) FROM dedup_docs")
+            cur.execute(f"SELECT count(*) FROM dedup_docs d {attempts.VISIBLE}")
             return int(cur.fetchone()[0])
 
     def _lookup(self, table: str, keys: np.ndarray) -> np.ndarray:
@@ -177,19 +185,19 @@ class PostgresDedupIndex:
         found: dict[int, int] = {}
         started = time.perf_counter()
         with self._cursor() as cur:
-            signed = _signed(flat)
-            for start in range(0, len(signed), _LOOKUP_CHUNK):
+            keys_signed = signed(flat)
+            for start in range(0, len(keys_signed), _LOOKUP_CHUNK):
                 cur.execute(
                     f"SELECT t.key, d.id, d.batch_id, d.doc_id, d.signature FROM {table} t "
-                    "JOIN dedup_docs d ON d.id = t.doc WHERE t.key = ANY(%s) AND d.batch_id <> %s",
-                    (signed[start : start + _LOOKUP_CHUNK], self.batch_id or ""),
+                    f"JOIN dedup_docs d ON d.id = t.doc {attempts.VISIBLE} WHERE t.key = ANY(%s) AND d.batch_id <> %s",
+                    (keys_signed[start : start + _LOOKUP_CHUNK], self.batch_id or ""),
                 )
                 for key, doc, batch, doc_id, sig in cur.fetchall():
                     found[key] = doc
                     self._entries[doc] = (batch, doc_id, bytes(sig) if sig is not None else None)
                     self.traffic.rows_read += 1
-                    self.traffic.bytes_read += _row_bytes(batch, doc_id, sig)
-        self.traffic.keys_queried += len(signed)
+                    self.traffic.bytes_read += row_bytes(batch, doc_id, sig)
+        self.traffic.keys_queried += len(keys_signed)
         self.traffic.lookup_s += time.perf_counter() - started
         if found:
             as_signed = flat.view(np.int64)
@@ -214,69 +222,208 @@ class PostgresDedupIndex:
         sig = self._entries[int(number)][2]
         return np.frombuffer(sig, dtype=np.uint32) if sig else np.zeros(self.num_perm, dtype=np.uint32)
 
-    # -- writes ---------------------------------------------------------------------------------------------------
-    def commit_batch(
+    # -- attempts: reserve, publish, abandon ------------------------------------------------------------------
+    def commit_batch(self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float) -> dict:
+        """Reserve and publish at once (no manifest in between): the in-memory pipeline's commit and the import."""
+        attempt = f"{batch_id}:{uuid.uuid4().hex[:12]}"
+        late = self.reserve_batch(
+            batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold, by_manifest=False
+        )
+        self.publish(attempt)
+        return late
+
+    def reserve_batch(
         self,
         batch_id: str,
+        attempt: str,
         doc_ids: Sequence[str],
         exact_keys: np.ndarray,
         band_keys: np.ndarray,
         signatures: np.ndarray,
         near_threshold: float,
+        by_manifest: bool = True,
     ) -> dict[int, str]:
-        """Insert one batch's kept documents; returns {row: reason} for those another batch committed first."""
-        n = len(doc_ids)
-        if n == 0:
+        """Insert one batch's kept documents as the pending `attempt`; returns {row: reason} for those that a
+        published document of another batch holds (first writer wins). Lookups ignore them until `publish`."""
+        started = time.perf_counter()
+        self._lock(attempt)
+        args = self._rows(doc_ids, exact_keys, band_keys, signatures)
+        for _ in range(_MAX_ROUNDS):
+            try:
+                late = self._reserve_once(batch_id, attempt, doc_ids, *args, near_threshold, by_manifest)
+                break
+            except _Blocked as blocked:
+                for other in sorted(blocked.pending):
+                    self._await(other)
+        else:
+            raise DedupStoreUnavailableError(f"dedup index: attempt {attempt} kept meeting pending keys; try again")
+        self.traffic.commit_s += time.perf_counter() - started
+        if late:
+            log.info("dedup index: %d documents of %s were published first by another batch", len(late), batch_id)
+        return late
+
+    def confirm(self, attempt: str) -> None:
+        """Raise unless this session still holds the attempt's lock (call it right before the manifest write)."""
+        pid = self._held.get(attempt)
+        with self._cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            if pid is None or cur.fetchone()[0] != pid:
+                raise AttemptLostError(f"dedup index: the session of attempt {attempt} ended; not publishing it")
+
+    def publish(self, attempt: str) -> None:
+        """Make the attempt's documents visible to lookups (after its manifest is written)."""
+        with self._cursor() as cur:
+            if not attempts.publish_rows(cur, attempt):
+                raise AttemptLostError(
+                    f"dedup index: attempt {attempt} was judged dead (its PostgreSQL session ended) and its rows "
+                    "deleted; its manifest is written, so re-run the batch to put its documents in the index"
+                )
+        self._unlock(attempt)
+
+    def abandon(self, attempt: str) -> None:
+        """Delete a pending attempt (best effort: if the database is gone, the next `begin_batch` does it)."""
+        try:
             with self._cursor() as cur:
-                cur.execute("DELETE FROM dedup_docs WHERE batch_id = %s", (batch_id,))
-            return {}
-        exact = np.asarray(exact_keys, dtype=np.uint64)
+                attempts.remove_attempt(cur, attempt)
+            self._unlock(attempt)
+        except DedupStoreUnavailableError as exc:
+            log.warning("dedup index: could not abandon attempt %s now (%s); it will be resolved later", attempt, exc)
+
+    def resolve_dead_attempts(self) -> int:
+        """Resolve every pending attempt whose session is gone; returns how many."""
+        with self._cursor() as cur:
+            cur.execute("SELECT attempt FROM dedup_attempts WHERE state = 'pending'")
+            pending = [row[0] for row in cur.fetchall() if row[0] not in self._held]
+        resolved = 0
+        for attempt in pending:
+            with self._cursor() as cur:
+                cur.execute("SELECT pg_try_advisory_lock(%s)", (attempts.lock_key(attempt),))
+                if not cur.fetchone()[0]:
+                    continue  # alive: its own process publishes or abandons it
+            try:
+                resolved += self._resolve(attempt, strict=False)
+            finally:
+                self._release(attempt)
+        return resolved
+
+    # -- attempts: internals ----------------------------------------------------------------------------------
+    def _lock(self, attempt: str) -> None:
+        if attempt in self._held:
+            return
+        with self._cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s), pg_backend_pid()", (attempts.lock_key(attempt),))
+            self._held[attempt] = cur.fetchone()[1]
+
+    def _release(self, attempt: str) -> None:
+        with self._cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (attempts.lock_key(attempt),))
+
+    def _unlock(self, attempt: str) -> None:
+        if self._held.pop(attempt, None) is not None:
+            self._release(attempt)
+
+    def _await(self, attempt: str) -> None:
+        """Wait until `attempt`'s session is gone or has finished with it, then resolve it if it is still pending."""
+        try:
+            with self._cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = %s", (f"{int(self.wait_s * 1000)}ms",))
+                cur.execute("SELECT pg_advisory_lock(%s)", (attempts.lock_key(attempt),))
+        except DedupStoreUnavailableError as exc:
+            raise DedupStoreUnavailableError(
+                f"dedup index: waited {self.wait_s:g}s for attempt {attempt} of another batch ({exc})"
+            ) from None
+        try:
+            self._resolve(attempt, strict=True)
+        finally:
+            self._release(attempt)
+
+    def _resolve(self, attempt: str, strict: bool) -> int:
+        """The caller holds the attempt's lock: publish it if its manifest names it, else delete its rows."""
+        with self._cursor() as cur:
+            cur.execute("SELECT batch_id, state, by_manifest FROM dedup_attempts WHERE attempt = %s", (attempt,))
+            row = cur.fetchone()
+        if row is None or row[1] == "published":
+            return 0
+        batch_id, _, by_manifest = row
+        if by_manifest and self.is_published is None:
+            if strict:
+                raise CleaningError(
+                    f"dedup index: attempt {attempt} of batch {batch_id} is dead and pending; only an index opened "
+                    "with is_published (the batch's manifest) can tell whether it was published"
+                )
+            return 0
+        published = by_manifest and self.is_published(batch_id, attempt)
+        with self._cursor() as cur:
+            if published:
+                attempts.publish_rows(cur, attempt)
+            else:
+                attempts.remove_attempt(cur, attempt)
+        log.info("dedup index: dead attempt %s of %s %s", attempt, batch_id, "published" if published else "removed")
+        return 1
+
+    def _rows(self, doc_ids, exact_keys, band_keys, signatures):
+        n = len(doc_ids)
         bands = np.asarray(band_keys, dtype=np.uint64).reshape(n, self.num_bands)
         sigs = np.ascontiguousarray(signatures, dtype=np.uint32).reshape(n, self.num_perm)
-        has_sig = (bands != 0).any(axis=1)
-        started = time.perf_counter()
+        return np.asarray(exact_keys, dtype=np.uint64), bands, sigs, (bands != 0).any(axis=1)
+
+    def _reserve_once(self, batch_id, attempt, doc_ids, exact, bands, sigs, has_sig, near_threshold, by_manifest):
+        n = len(doc_ids)
+        late: dict[int, str] = {}
         with self._cursor() as cur:
-            cur.execute("DELETE FROM dedup_docs WHERE batch_id = %s", (batch_id,))
+            cur.execute("DELETE FROM dedup_attempts WHERE attempt = %s", (attempt,))
+            cur.execute(
+                "INSERT INTO dedup_attempts (attempt, batch_id, by_manifest) VALUES (%s, %s, %s)",
+                (attempt, batch_id, by_manifest),
+            )
+            if n == 0:
+                return late
             cur.execute("SELECT nextval(pg_get_serial_sequence('dedup_docs', 'id')) FROM generate_series(1, %s)", (n,))
             ids = [row[0] for row in cur.fetchall()]
             self._copy(
                 cur,
                 "dedup_docs",
-                "id, batch_id, doc_id, exact_key, signature",
+                "id, attempt, batch_id, doc_id, exact_key, signature",
                 (
-                    f"{ids[i]}\t{_copy_text(batch_id)}\t{_copy_text(doc_ids[i])}\t{k}\t"
+                    f"{ids[i]}\t{copy_text(attempt)}\t{copy_text(batch_id)}\t{copy_text(doc_ids[i])}\t{k}\t"
                     + (f"\\\\x{sigs[i].tobytes().hex()}" if has_sig[i] else "\\N")
                     + "\n"
-                    for i, k in enumerate(_signed(exact))
+                    for i, k in enumerate(signed(exact))
                 ),
             )
-            late: dict[int, str] = {}
             owner_of = dict(zip(ids, range(n)))
-            exact_rows = sorted((k, ids[i]) for i, k in enumerate(_signed(exact)) if k != 0)
-            for key, owner in self._insert_keys(cur, "dedup_exact", exact_rows):
-                i = owner_of[key[1]]
-                late[i] = f"exact_duplicate_of:{owner[0]}/{owner[1]}"
+            handover: list[tuple[str, int, int]] = []
+            exact_rows = sorted((k, ids[i]) for i, k in enumerate(signed(exact)) if k != 0)
+            for (key, doc), owner in self._taken(cur, "dedup_exact", exact_rows, attempt):
+                if owner[0] == batch_id:
+                    handover.append(("exact", key, doc))
+                else:
+                    late[owner_of[doc]] = f"exact_duplicate_of:{owner[0]}/{owner[1]}"
             band_rows = sorted(
-                (k, ids[i]) for i in np.flatnonzero(has_sig).tolist() if i not in late for k in _signed(bands[i])
+                (k, ids[i]) for i in np.flatnonzero(has_sig).tolist() if i not in late for k in signed(bands[i])
             )
-            for (_, doc), owner in self._insert_keys(cur, "dedup_bands", band_rows):
+            for (key, doc), owner in self._taken(cur, "dedup_bands", band_rows, attempt):
                 i = owner_of[doc]
-                if i in late or owner[0] == batch_id:
+                if i in late:
+                    continue
+                if owner[0] == batch_id:
+                    handover.append(("bands", key, doc))
                     continue
                 estimate = float(np.mean(sigs[i] == np.frombuffer(owner[2], dtype=np.uint32))) if owner[2] else 0.0
                 if estimate >= near_threshold:
                     late[i] = f"near_duplicate_of:{owner[0]}/{owner[1]}"
+            if handover:
+                self._copy(cur, "dedup_handover", "attempt, kind, key, doc",
+                           (f"{copy_text(attempt)}\t{kind}\t{k}\t{d}\n" for kind, k, d in handover))  # fmt: skip
             if late:
                 cur.execute("DELETE FROM dedup_docs WHERE id = ANY(%s)", ([ids[i] for i in late],))
-        self.traffic.commit_s += time.perf_counter() - started
-        if late:
-            log.info("dedup index: %d documents of %s were committed first by another batch", len(late), batch_id)
         return late
 
-    def _insert_keys(self, cur, table: str, rows: list[tuple[int, int]]):
-        """Insert (key, doc) rows; yield ((key, doc), (owner batch, owner doc id, owner signature)) for taken keys."""
+    def _taken(self, cur, table: str, rows: list[tuple[int, int]], attempt: str) -> list:
+        """Insert (key, doc) rows; ((key, doc), (owner batch, owner doc id, owner signature)) for each key that a
+        published document of another attempt holds. Raises `_Blocked` for keys that pending attempts hold."""
         if not rows:
-            return
+            return []
         cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS incoming_{table} (key BIGINT, doc BIGINT) ON COMMIT DROP")
         cur.execute(f"TRUNCATE incoming_{table}")
         self._copy(cur, f"incoming_{table}", "key, doc", (f"{k}\t{d}\n" for k, d in rows))
@@ -287,17 +434,25 @@ class PostgresDedupIndex:
         inserted = {row[0] for row in cur.fetchall()}
         taken = [(k, d) for k, d in rows if k not in inserted]
         if not taken:
-            return
+            return []
         cur.execute(
-            f"SELECT t.key, d.batch_id, d.doc_id, d.signature FROM {table} t JOIN dedup_docs d ON d.id = t.doc "
-            "WHERE t.key = ANY(%s)",
+            f"SELECT t.key, d.batch_id, d.doc_id, d.signature, a.attempt, a.state FROM {table} t "
+            "JOIN dedup_docs d ON d.id = t.doc JOIN dedup_attempts a ON a.attempt = d.attempt WHERE t.key = ANY(%s)",
             ([k for k, _ in taken],),
         )
-        owners = {key: (batch, doc_id, bytes(sig) if sig is not None else None) for key, batch, doc_id, sig in cur}
-        self.traffic.rows_read += len(owners)
-        self.traffic.bytes_read += sum(_row_bytes(*owner) for owner in owners.values())
-        for key, doc in taken:
-            yield (key, doc), owners[key]
+        owners = {}
+        pending = set()
+        for key, batch, doc_id, sig, owner_attempt, state in cur.fetchall():
+            if owner_attempt == attempt:
+                continue  # a band this attempt's own earlier document took: it stays that document's
+            if state == "pending":
+                pending.add(owner_attempt)
+            owners[key] = (batch, doc_id, bytes(sig) if sig is not None else None)
+            self.traffic.rows_read += 1
+            self.traffic.bytes_read += row_bytes(*owners[key])
+        if pending:
+            raise _Blocked(pending)
+        return [((k, d), owners[k]) for k, d in taken if k in owners]
 
     def _copy(self, cur, table: str, columns: str, rows: Iterator[str]) -> None:
         text = "".join(rows)
@@ -341,12 +496,3 @@ class PostgresDedupIndex:
             )
             imported += len(rows)
         return imported
-
-
-def _copy_text(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

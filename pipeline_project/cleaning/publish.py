@@ -47,6 +47,7 @@ class ShardManifest:
     counts: dict[str, int]
     shards: tuple[ShardEntry, ...]
     exclusions: str
+    dedup_attempt: str = ""  # the dedup index attempt whose rows hold this publication's documents
 
     @property
     def bytes_out(self) -> int:
@@ -86,6 +87,7 @@ class ShardManifest:
             counts={k: int(v) for k, v in d["counts"].items()},
             shards=tuple(ShardEntry(**s) for s in d["shards"]),
             exclusions=d["exclusions"],
+            dedup_attempt=d.get("dedup_attempt", ""),
         )
 
 
@@ -249,6 +251,16 @@ def read_shard_manifest_or_none(client, bucket: str, shard_dir: str) -> ShardMan
         return read_shard_manifest(client, bucket, shard_dir)
     except client.exceptions.NoSuchKey:
         return None
+
+
+def manifest_names_attempt(client, bucket: str, shard_dir: Callable[[str], str]) -> Callable[[str, str], bool]:
+    """`is_published(batch_id, attempt)` for the dedup index: whether the batch's manifest names the attempt."""
+
+    def is_published(batch_id: str, attempt: str) -> bool:
+        manifest = read_shard_manifest_or_none(client, bucket, shard_dir(batch_id))
+        return manifest is not None and manifest.dedup_attempt == attempt
+
+    return is_published
 
 
 def delete_superseded(client, bucket: str, old: ShardManifest | None, new: ShardManifest) -> int:

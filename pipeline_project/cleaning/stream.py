@@ -12,7 +12,9 @@ a candidate from an earlier chunk is verified by signature estimate (as candidat
 because its text is no longer held.
 
 `run` only reads the cross-batch index. `commit` writes the batch's kept documents to it (first writer wins)
-and retracts from the shards the documents another batch committed first.
+and retracts from the shards the documents another batch published first. `publish` is the end of a batch in
+the asset: reserve in the index (pending) -> exclusion sink -> manifest -> make the index rows visible, so the
+index never holds a document whose manifest was not written (see `dedup_store`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +36,7 @@ from pipeline_project.cleaning.steps import StepStats
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 ExclusionRecords = Callable[[list[Dropped], list[Quarantined]], list[dict]]
 
 
@@ -161,21 +164,60 @@ class StreamingCleaner:
         out.bands.append(bands)
         out.signatures.append(sigs)
 
-    def commit(self, out: StreamResult, index: Any, writer: Any, exclusion_records: ExclusionRecords) -> None:
-        """Write the batch to the cross-batch index; retract and exclude what another batch committed first."""
+    def publish(
+        self,
+        out: StreamResult,
+        index: Any,
+        writer: Any,
+        exclusion_records: ExclusionRecords,
+        attempt: str,
+        write_manifest: Callable[[], T],
+    ) -> T:
+        """Reserve the batch in the index as `attempt`, write the exclusion sink, then `write_manifest()` (which
+        must name `attempt`), then make the index rows visible. A failure before the manifest removes the
+        attempt's rows and objects; after it, the manifest stands and the rows are published by whoever next
+        resolves the attempt (`PostgresDedupIndex.begin_batch`), while this step fails so its retry re-commits."""
+        reserved = self.commit(out, index, writer, exclusion_records, attempt=attempt)
+        try:
+            writer.upload_exclusions()
+            if reserved:
+                index.confirm(attempt)
+            published = write_manifest()
+        except BaseException:
+            if reserved:
+                index.abandon(attempt)
+            writer.abort()
+            raise
+        if reserved:
+            index.publish(attempt)
+        return published
+
+    def commit(
+        self,
+        out: StreamResult,
+        index: Any,
+        writer: Any,
+        exclusion_records: ExclusionRecords,
+        attempt: str | None = None,
+    ) -> bool:
+        """Write the batch to the cross-batch index (reserve it as `attempt` when given, else commit it at once);
+        retract and exclude what another batch published first. Returns whether the index was written."""
         if index is None or self.config.dedup.scope != "global":
-            return
+            return False
         cfg = self.config.dedup.minhash
         empty_bands = np.zeros((0, cfg.num_buckets), dtype=np.uint64)
         empty_sigs = np.zeros((0, cfg.num_buckets * cfg.hashes_per_bucket), dtype=np.uint32)
-        late = index.commit_batch(
-            out.batch_id,
+        rows = (
             out.doc_ids,
             np.concatenate(out.exact) if out.exact else np.zeros(0, dtype=np.uint64),
             np.concatenate(out.bands) if out.bands else empty_bands,
             np.concatenate(out.signatures) if out.signatures else empty_sigs,
-            near_threshold=self.pipeline._near_threshold(),
         )
+        threshold = self.pipeline._near_threshold()
+        if attempt is None:
+            late = index.commit_batch(out.batch_id, *rows, near_threshold=threshold)
+        else:
+            late = index.reserve_batch(out.batch_id, attempt, *rows, near_threshold=threshold)
         # one index_commit row per profile, so each profile's table still adds up
         stats_of: dict[str, StepStats] = {}
         for domain in out.domains:
@@ -204,3 +246,4 @@ class StreamingCleaner:
             out.counts["dropped"] += len(late)
         out.add_stats(list(stats_of.values()))
         out.check_counts()
+        return True
