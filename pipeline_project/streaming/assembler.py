@@ -222,7 +222,7 @@ class BatchAssembler:
             if head.offset < c.offset:  # before the resume point (cannot happen after a seek)
                 buf.popleft()
                 continue
-            first = c.block if head.offset == c.offset else 0
+            first = max(c.block if head.offset == c.offset else 0, head.first)  # head.first: stripes.Skips
             n = head.blocks.shape[0]
             take = min(n - first, want)
             seg = acc.arr[acc.fill : acc.fill + take]

@@ -18,6 +18,11 @@ What lands in a buffer:
   `offset` is consumed or a transaction marker; in bounded mode, the partition reached its end
   offset (the marker's offset is the end offset) and stays paused for good.
 
+Stripes (ranks sharing a partition, `stripes.py`): a reader given `shares` keeps only the messages of its
+stripe, and passes over the messages that `skips` (set by `open`) name as consumed by an earlier layout;
+a message whose first blocks were consumed gets `BufferEntry.first`. What it passes over becomes a
+position marker, as below.
+
 Domain streams (a loader drawing a mixture): a reader built with `domain` keeps only that domain's messages
 (by their `domain` header, read before the payload is touched); another domain's message becomes a position
 marker past it (consecutive ones collapse into one marker). A message whose header cannot be read is a
@@ -41,6 +46,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pipeline_project.streaming.errors import DataLossError, MalformedMessageError
 from pipeline_project.streaming.format import decode_blocks, read_header
 from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.stripes import Share, Skips
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,7 @@ class BufferEntry:
     error: BaseException | None = None
     pad_tokens: int = 0  # PAD_TOKENs among `blocks`
     raw: tuple[bytes | None, list | None] | None = None  # a malformed message's value and headers
+    first: int = 0  # blocks of this message an earlier layout already delivered
 
 
 class PartitionReader:
@@ -74,6 +81,7 @@ class PartitionReader:
         domain: str | None = None,
         primary: bool = True,
         known_domains: frozenset[str] = frozenset(),
+        shares: Mapping[int, Share] | None = None,
     ):
         self.kafka = kafka
         self.topic = topic
@@ -89,6 +97,8 @@ class PartitionReader:
         self.domain = domain  # None: every message (no mixture)
         self.primary = primary
         self.known_domains = known_domains
+        self.shares = {p: s for p, s in (shares or {}).items() if s.stripes > 1 and p in self.partitions}
+        self.skips: dict[int, Skips] = {}
         self.outside_blocks: dict[str, int] = {}  # primary domain reader: fetched blocks of unlisted domains
         self.buffers: dict[int, deque[BufferEntry]] = {p: deque() for p in self.partitions}
         self.paused: set[int] = set()
@@ -96,8 +106,10 @@ class PartitionReader:
         self.consumer: Consumer | None = None
         self._high: dict[int, int] = {}  # last high watermark seen per partition, kept across close()
 
-    def open(self, start_offsets: Mapping[int, int]) -> None:
-        """Create the consumer and assign the partitions in `start_offsets` at those offsets."""
+    def open(self, start_offsets: Mapping[int, int], skips: Mapping[int, Skips] | None = None) -> None:
+        """Create the consumer and assign the partitions in `start_offsets` at those offsets; `skips`: messages
+        ahead of them that were already consumed (passed over, or started at their first unconsumed block)."""
+        self.skips = {p: sk for p, sk in (skips or {}).items() if sk and p in self.partitions}
         # auto.offset.reset=error: an offset that is gone raises instead of jumping (earliest) or skipping (latest)
         overrides = {"enable.partition.eof": True, "client.id": self.client_id, "auto.offset.reset": "error"}
         self.consumer = self.kafka.make_consumer(overrides=overrides)
@@ -150,6 +162,10 @@ class PartitionReader:
                     self.ended.add(p)
                     self._pause(p)
                 continue
+            first = self._first_block(p, offset)
+            if first is None:
+                self._pass_over(p, offset)
+                continue
             if self.domain is not None and not self._mine(p, msg):
                 continue
             try:
@@ -162,7 +178,7 @@ class PartitionReader:
                     expected_seq_len=self.seq_len,
                     expected_tokenizer_hash=self.expected_tokenizer_hash,
                 )
-                self.buffers[p].append(BufferEntry(offset, blocks, pad_tokens=header.pad_tokens))
+                self.buffers[p].append(BufferEntry(offset, blocks, pad_tokens=header.pad_tokens, first=first))
             except MalformedMessageError as exc:
                 self.buffers[p].append(BufferEntry(offset, error=exc, raw=(msg.value(), msg.headers())))
             if len(self.buffers[p]) >= self.max_buffered_messages:
@@ -184,14 +200,26 @@ class PartitionReader:
             if self.primary and domain not in self.known_domains:
                 key = domain if domain is not None else ""
                 self.outside_blocks[key] = self.outside_blocks.get(key, 0) + header.blocks
+        self._pass_over(p, msg.offset())
+        return False
+
+    def _first_block(self, p: int, offset: int) -> int | None:
+        """The first block of the message to deliver; None when it is another stripe's or already consumed."""
+        share = self.shares.get(p)
+        if share is not None and not share.owns(offset):
+            return None
+        skips = self.skips.get(p)
+        return skips.first_block(offset) if skips is not None else 0
+
+    def _pass_over(self, p: int, offset: int) -> None:
+        """A position marker past the message at `offset`, collapsed into a marker right before it."""
         buf = self.buffers[p]
         if buf and buf[-1].blocks is None and buf[-1].error is None:
-            buf[-1].offset = msg.offset() + 1  # collapse into the marker before it
+            buf[-1].offset = offset + 1
         else:
-            buf.append(BufferEntry(msg.offset() + 1))
+            buf.append(BufferEntry(offset + 1))
             if len(buf) >= self.max_buffered_messages:
                 self._pause(p)
-        return False
 
     def _offset_gone(self, p: int, wanted: int, text: str) -> None:
         """The fetch offset of partition p is out of range: its records were deleted (or the topic replaced)."""

@@ -16,6 +16,11 @@ next block inside that message (the partial-block cursor). With the round-robin 
 the RNG states and the partition whose message is in progress, it fully determines the
 rest of the stream, and resuming is a seek to those offsets.
 
+A rank that shares a partition with other ranks reads one stripe of it (`stripes.py`); its entry in
+`partitions` then names the stripe, and any messages above the cursor that an earlier layout already
+consumed (format version 3). `merge_states` turns every rank's state into one whole-partition position per
+partition (their union), from which a loader of any world size starts (`resolve_state`, `start_positions`).
+
 The state names the topic by name AND id (format version 2): offsets only mean something in one
 incarnation of a topic, and a deleted and recreated topic restarts them at 0, so a saved cursor
 would silently read nothing new (or the wrong data). A state whose topic id differs from the
@@ -32,11 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline_project.streaming.errors import StateError, TopicRecreatedError
+from pipeline_project.streaming.stripes import Share, Skips, make_entry, merge_partition, parse_entry, share_start
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT_VERSION = 2
-READABLE_STATE_VERSIONS = (1, 2)  # 1: no topic id
+STATE_FORMAT_VERSION = 3
+READABLE_STATE_VERSIONS = (1, 2, 3)  # 1: no topic id; 2: no stripes, no topic_partitions
 
 
 @dataclass(frozen=True)
@@ -109,19 +115,34 @@ def make_state(
     cursors: Mapping[int, Cursor],
     current: int | None,
     interleave: Mapping[str, Any],
+    shares: Mapping[int, Share] | None = None,
+    skips: Mapping[int, Skips] | None = None,
+    topic_partitions: int | None = None,
 ) -> dict[str, Any]:
     """The JSON-serializable state saved inside a checkpoint (partition keys are strings)."""
     return {
         "format_version": STATE_FORMAT_VERSION,
         "topic": topic,
         "topic_id": topic_id,
+        "topic_partitions": topic_partitions,
         "rank": rank,
         "world_size": world_size,
         "num_workers": num_workers,
         "seed": seed,
-        "partitions": {str(p): {"offset": c.offset, "block": c.block} for p, c in sorted(cursors.items())},
+        "partitions": position_entries(cursors, shares, skips),
         "current": current,
         "interleave": dict(interleave),
+    }
+
+
+def position_entries(
+    cursors: Mapping[int, Cursor], shares: Mapping[int, Share] | None = None, skips: Mapping[int, Skips] | None = None
+) -> dict[str, dict[str, Any]]:
+    """`partitions` of a state: per partition its cursor, stripe and the skips still ahead of the cursor."""
+    shares, skips = shares or {}, skips or {}
+    return {
+        str(p): make_entry(shares.get(p, Share(p)), c.offset, c.block, skips.get(p, Skips()))
+        for p, c in sorted(cursors.items())
     }
 
 
@@ -154,21 +175,51 @@ def parse_cursors(state: Mapping[str, Any], *, topic: str, topic_id: str | None 
             )
     cursors = {}
     for p, c in state["partitions"].items():
-        offset, block = int(c["offset"]), int(c.get("block", 0))
-        if offset < 0 or block < 0:
-            raise StateError(f"partition {p}: negative cursor {c}")
+        _, offset, block, _ = parse_entry(p, c)
         cursors[int(p)] = Cursor(offset, block)
     return cursors
 
 
-def same_layout(state: Mapping[str, Any], *, rank: int, world_size: int, num_workers: int, seed: int) -> bool:
-    """True when the state was taken by a loader with this rank, layout and seed (RNG state applies)."""
-    return (state.get("rank"), state.get("world_size"), state.get("num_workers"), state.get("seed")) == (
+def _stripes(state: Mapping[str, Any]) -> dict[int, tuple[int, int]]:
+    return {int(p): tuple(int(x) for x in c.get("stripe", (0, 1))) for p, c in state["partitions"].items()}
+
+
+def same_layout(
+    state: Mapping[str, Any],
+    *,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    seed: int,
+    shares: Mapping[int, Share] | None = None,
+) -> bool:
+    """True when the state was taken by a loader with this rank, layout and seed (RNG state applies).
+
+    With `shares` (this loader's partitions and stripes), the state must hold exactly those: a topic that grew
+    since, with the same world size, is another layout."""
+    same = (state.get("rank"), state.get("world_size"), state.get("num_workers"), state.get("seed")) == (
         rank,
         world_size,
         num_workers,
         seed,
     )
+    if not same or shares is None:
+        return same
+    return _stripes(state) == {p: (s.stripe, s.stripes) for p, s in shares.items()}
+
+
+def resolve_state(
+    state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    fits: Callable[[Mapping[str, Any]], bool],
+    merge: Callable[[list[Mapping[str, Any]]], Mapping[str, Any]],
+) -> tuple[Mapping[str, Any], bool]:
+    """(the state a rank resumes from, whether it is its own of the same layout): given this rank's state, or every
+    rank's states, the one that `fits` this loader's layout; otherwise the `merge`d union of all of them."""
+    states = [state] if isinstance(state, Mapping) else list(state)
+    mine = [s for s in states if fits(s)]
+    if len(mine) == 1 and (isinstance(state, Mapping) or len(states) == mine[0].get("world_size")):
+        return mine[0], True
+    return merge(states), False
 
 
 def rank_state(
@@ -185,11 +236,29 @@ def rank_state(
     return mine[0] if len(mine) == 1 and len(states) == world_size else merge(states)
 
 
+def merge_positions(
+    partition_states: Iterable[Mapping[str, Any]], topic_partitions: int | None = None
+) -> dict[str, Any]:
+    """Union of the `partitions` entries of every rank's state: one whole-partition entry per partition.
+
+    With `topic_partitions` (the topic's partition count when they were saved), every one of those partitions
+    must be named; partitions added later are not, and start at their log start."""
+    entries: dict[str, list[Mapping[str, Any]]] = {}
+    for partitions in partition_states:
+        for p, c in partitions.items():
+            entries.setdefault(str(p), []).append(c)
+    if topic_partitions is not None:
+        missing = sorted(set(range(topic_partitions)) - {int(p) for p in entries})
+        if missing:
+            raise StateError(f"no state names partitions {missing} of {topic_partitions}: pass every rank's state")
+    return {p: merge_partition(p, es) for p, es in sorted(entries.items(), key=lambda kv: int(kv[0]))}
+
+
 def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Union of the per-partition cursors of every rank's state, for resuming with another layout.
+    """Union of the positions of every rank's state, for resuming with another layout (`stripes.py`).
 
     The merged state carries no interleave state: a loader with a different world size or
-    worker count restarts its interleave from the seed at the saved offsets (no block lost
+    worker count restarts its interleave from the seed at the saved positions (no block lost
     or repeated, order differs).
     """
     states = list(states)
@@ -199,25 +268,43 @@ def merge_states(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     ids = {s.get("topic_id") for s in states}
     if len(ids) > 1:
         raise StateError(f"rank states of topic {topic!r} carry different topic ids {sorted(map(str, ids))}")
-    partitions: dict[str, Any] = {}
+    counts = {s.get("topic_partitions") for s in states} - {None}
+    if len(counts) > 1:
+        raise StateError(f"rank states of topic {topic!r} were saved at different partition counts {sorted(counts)}")
     for s in states:
         parse_cursors(s, topic=topic)
-        for p, c in s["partitions"].items():
-            if p in partitions and partitions[p] != c:
-                raise StateError(f"partition {p} appears in two rank states with different cursors")
-            partitions[p] = dict(c)
+    count = counts.pop() if counts else None
     return {
         "format_version": STATE_FORMAT_VERSION,
         "topic": topic,
         "topic_id": ids.pop(),  # None when merged from version-1 states
+        "topic_partitions": count,
         "rank": None,
         "world_size": None,
         "num_workers": None,
         "seed": None,
-        "partitions": dict(sorted(partitions.items(), key=lambda kv: int(kv[0]))),
+        "partitions": merge_positions((s["partitions"] for s in states), count),
         "current": None,
         "interleave": None,
     }
+
+
+def start_positions(
+    entries: Mapping[str, Mapping[str, Any]], shares: Mapping[int, Share], *, own: bool
+) -> dict[int, tuple[Cursor, Skips]]:
+    """Where each of `shares` starts: from this rank's own entries (`own`), or from merged whole-partition entries
+    (`merge_states`); partitions the entries do not name are left out (they start at their log start)."""
+    out = {}
+    for p, share in shares.items():
+        entry = entries.get(str(p))
+        if entry is None:
+            continue
+        if own:
+            _, offset, block, skips = parse_entry(p, entry)
+        else:
+            offset, block, skips = share_start(entry, share)
+        out[p] = (Cursor(offset, block), skips)
+    return out
 
 
 def gather_state(loader: Any, group: Any = None) -> list[dict[str, Any]]:

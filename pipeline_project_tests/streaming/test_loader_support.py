@@ -28,6 +28,7 @@ class TopicData:
     partitions: int
     # (partition, offset, block_index) -> uid, for every committed block
     blocks: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    domains: dict[tuple[int, int, int], str] = field(default_factory=dict)  # the block's domain header, if any
     next_uid: int = 1
 
     def expected_row(self, key: tuple[int, int, int]) -> np.ndarray:
@@ -52,20 +53,24 @@ def produce(
     seed: int = 0,
     abort: bool = False,
     tokenizer_hash: str = TOKENIZER_HASH,
+    domains: tuple[str, ...] = (),
 ) -> list[tuple[int, int, int]]:
-    """Produce in one transaction; record the blocks unless aborted. Returns the keys written."""
+    """Produce in one transaction; record the blocks unless aborted. Returns the keys written.
+
+    With `domains`, every message carries one of them (drawn at random) in its `domain` header."""
     rng = np.random.default_rng(seed + data.next_uid)
     producer = Producer(
         {**settings.transactional_producer_config(f"test-{uuid.uuid4().hex}"), "transaction.timeout.ms": 180_000}
     )  # must be >= delivery.timeout.ms
     producer.init_transactions(30)
     producer.begin_transaction()
-    pending: list[tuple[int, np.ndarray]] = []
-    offsets: list[tuple[int, int, np.ndarray]] = []
+    pending: list[tuple[int, np.ndarray, str | None]] = []
+    offsets: list[tuple[int, int, np.ndarray, str | None]] = []
 
     def on_delivery(err, msg):
         assert err is None, err
-        offsets.append((msg.partition(), msg.offset(), pending[int(msg.key())][1]))
+        _, uids, domain = pending[int(msg.key())]
+        offsets.append((msg.partition(), msg.offset(), uids, domain))
 
     for p in range(data.partitions):
         for _ in range(messages_per_partition):
@@ -73,8 +78,11 @@ def produce(
             uids = np.arange(data.next_uid, data.next_uid + n)
             data.next_uid += n
             blocks = (uids[:, None] * 1000 + np.arange(SEQ_LEN)[None, :]).astype(np.uint32)
-            value, headers = encode_message(blocks, tokenizer_name="test", tokenizer_hash=tokenizer_hash, source="t")
-            pending.append((p, uids))
+            domain = str(rng.choice(domains)) if domains else None
+            value, headers = encode_message(
+                blocks, tokenizer_name="test", tokenizer_hash=tokenizer_hash, source="t", domain=domain
+            )
+            pending.append((p, uids, domain))
             producer.produce(
                 data.topic,
                 value=value,
@@ -92,9 +100,11 @@ def produce(
     # partition; until it has, read_committed readers (and bounded mode's end offsets) don't see it.
     wait_until_committed_visible(settings, data)
     keys = []
-    for p, off, uids in offsets:
+    for p, off, uids, domain in offsets:
         for b, uid in enumerate(uids):
             data.blocks[(p, off, b)] = int(uid)
+            if domain is not None:
+                data.domains[(p, off, b)] = domain
             keys.append((p, off, b))
     return keys
 

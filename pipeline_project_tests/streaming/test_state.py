@@ -84,7 +84,7 @@ def test_state_for_another_topic_or_version_is_rejected():
 
 def test_state_of_a_recreated_topic_is_rejected_naming_both_ids():
     state = json.loads(json.dumps(_state()))
-    assert state["format_version"] == 2 and state["topic_id"] == "id-A"
+    assert state["format_version"] == 3 and state["topic_id"] == "id-A"
     assert parse_cursors(state, topic="t", topic_id="id-A") == {0: Cursor(10, 2), 2: Cursor(5)}
     with pytest.raises(TopicRecreatedError, match=r"id-A.*id-B") as ei:
         parse_cursors(state, topic="t", topic_id="id-B")
