@@ -28,15 +28,27 @@ cluster_app = typer.Typer(
 console = Console() if sys.stdout.isatty() else Console(width=160)
 err_console = Console(stderr=True)
 
-ClusterDir = Annotated[
-    Path | None,
-    typer.Option("--dir", envvar="PIPELINE_CLUSTER_DIR", help="The cluster's state root [default <repo>/.cluster]"),
-]
 HostArg = Annotated[str, typer.Argument(help="broker-1..3, s3, postgres, mlflow, dagster, trainer-1, trainer-2")]
 
 
-def _cluster(root: Path | None) -> Cluster:
-    return Cluster(ClusterSpec(root=root) if root is not None else ClusterSpec())
+@cluster_app.callback()
+def _options(
+    ctx: typer.Context,
+    root: Annotated[
+        Path | None,
+        typer.Option("--dir", envvar="PIPELINE_CLUSTER_DIR", help="The cluster's state root [default <repo>/.cluster]"),
+    ] = None,
+    prefix: Annotated[
+        str, typer.Option(envvar="PIPELINE_CLUSTER_PREFIX", help="Prefix of its namespaces and links")
+    ] = ClusterSpec.prefix,
+    subnet: Annotated[str, typer.Option(envvar="PIPELINE_CLUSTER_SUBNET", help="Its private /24")] = ClusterSpec.subnet,
+) -> None:
+    """Which cluster the command acts on: two with other dirs, prefixes and subnets can run side by side."""
+    try:
+        spec = ClusterSpec(prefix=prefix, subnet=subnet, **({"root": root} if root is not None else {}))
+    except StackError as err:
+        raise _fail(err) from None
+    ctx.obj = Cluster(spec)
 
 
 def _fail(err: Exception) -> typer.Exit:
@@ -48,13 +60,13 @@ def _fail(err: Exception) -> typer.Exit:
 
 @cluster_app.command()
 def up(
-    root: ClusterDir = None,
+    ctx: typer.Context,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for health")] = 180.0,
 ) -> None:
     """Create the network and hosts, start every service that is not running, wait until all are healthy."""
     started = time.monotonic()
     try:
-        launched = _cluster(root).up(timeout=timeout, progress=console.log)
+        launched = ctx.obj.up(timeout=timeout, progress=console.log)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise _fail(err) from None
     console.log(f"cluster up: {len(launched)} process(es) started in {time.monotonic() - started:.0f} s")
@@ -62,12 +74,12 @@ def up(
 
 @cluster_app.command()
 def down(
-    root: ClusterDir = None,
+    ctx: typer.Context,
     wipe: Annotated[bool, typer.Option("--wipe", help="Also delete every host's data")] = False,
 ) -> None:
     """Stop every service, kill what is left, delete namespaces, links and bridge."""
     try:
-        cluster = _cluster(root)
+        cluster: Cluster = ctx.obj
         cluster.down(wipe=wipe, progress=console.log)
         left = cluster.leftovers()
     except Exception as err:  # noqa: BLE001
@@ -78,12 +90,12 @@ def down(
 
 @cluster_app.command()
 def status(
-    root: ClusterDir = None,
+    ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Each host, its address, its link and the health of its services; exit code 1 if any is not healthy."""
     try:
-        hosts = _cluster(root).status()
+        hosts = ctx.obj.status()
     except Exception as err:  # noqa: BLE001
         raise _fail(err) from None
     if as_json:
@@ -105,30 +117,30 @@ def status(
 
 
 @cluster_app.command()
-def cut(host: HostArg, root: ClusterDir = None) -> None:
+def cut(ctx: typer.Context, host: HostArg) -> None:
     """Unplug the host's cable (a network partition); its processes keep running."""
     try:
-        _cluster(root).cut(host)
+        ctx.obj.cut(host)
     except Exception as err:  # noqa: BLE001
         raise _fail(err) from None
     console.log(f"{host}: link down")
 
 
 @cluster_app.command()
-def heal(host: HostArg, root: ClusterDir = None) -> None:
+def heal(ctx: typer.Context, host: HostArg) -> None:
     """Plug the host's cable back in."""
     try:
-        _cluster(root).heal(host)
+        ctx.obj.heal(host)
     except Exception as err:  # noqa: BLE001
         raise _fail(err) from None
     console.log(f"{host}: link up")
 
 
 @cluster_app.command()
-def kill(host: HostArg, root: ClusterDir = None) -> None:
+def kill(ctx: typer.Context, host: HostArg) -> None:
     """SIGKILL every process of the host (`up` starts its services again)."""
     try:
-        pids = _cluster(root).kill(host)
+        pids = ctx.obj.kill(host)
     except Exception as err:  # noqa: BLE001
         raise _fail(err) from None
     console.log(f"{host}: killed {len(pids)} process(es)")
@@ -136,13 +148,13 @@ def kill(host: HostArg, root: ClusterDir = None) -> None:
 
 @cluster_app.command()
 def logs(
+    ctx: typer.Context,
     host: HostArg,
     lines: Annotated[int, typer.Option("-n", "--lines", help="Lines per log")] = 50,
-    root: ClusterDir = None,
 ) -> None:
     """Print the end of the logs of the host's service."""
     try:
-        tails = _cluster(root).logs(host, lines)
+        tails = ctx.obj.logs(host, lines)
     except Exception as err:  # noqa: BLE001
         raise _fail(err) from None
     for name, tail in tails.items():
@@ -151,13 +163,14 @@ def logs(
 
 
 @cluster_app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def exec_cmd(ctx: typer.Context, host: HostArg, root: ClusterDir = None) -> None:
+def exec_cmd(ctx: typer.Context, host: HostArg) -> None:
     """Run a command on a host with the cluster's settings in its environment: `cluster exec trainer-1 -- CMD`."""
     argv = list(ctx.args)
     if not argv:
         raise _fail(StackError("no command given: `pipeline-project cluster exec HOST -- CMD ARGS`"))
     try:
-        result = _cluster(root).exec(host, argv)
+        result = ctx.obj.exec(host, argv)
     except Exception as err:  # noqa: BLE001
         raise _fail(StackError(f"{shlex.join(argv)}: {err}")) from None
-    raise typer.Exit(result.returncode)
+    # a command killed by a signal exits as a shell reports it: 128 + the signal's number
+    raise typer.Exit(result.returncode if result.returncode >= 0 else 128 - result.returncode)

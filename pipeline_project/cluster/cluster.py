@@ -36,7 +36,8 @@ SERVICE_CLASSES: dict[str, type[Service]] = {
 }
 # Dagster's storage lives in PostgreSQL: it starts once the server answers and its databases exist.
 FIRST_WAVE = ("postgres", "s3", "mlflow", "kafka")
-STOP_ORDER = ("dagster", "mlflow", "kafka", "s3", "postgres")
+# Dagster and MLflow go while the stores they write to still answer; within a wave, services stop side by side.
+STOP_WAVES = (("dagster", "mlflow", "kafka"), ("s3", "postgres"))
 
 Progress = Callable[[str], None]
 
@@ -186,12 +187,12 @@ class Cluster:
         """Stop every service, SIGKILL what is left on each host, delete namespaces, cables and bridge."""
         with self._lock():
             stopped = []
-            for host in self._hosts_of(STOP_ORDER):
-                if host.netns in netns.namespaces():
-                    names = self.service(host).stop()
-                    stopped += names
-                    if names:
-                        progress(f"{host.name}: stopped {', '.join(names)}")
+            for wave in STOP_WAVES:
+                # Brokers one after another, highest id first (as `KafkaService.stop` does on one host)
+                chains = [list(reversed(self._hosts_of([s]))) for s in wave]
+                with concurrent.futures.ThreadPoolExecutor(max_workers=len(chains)) as pool:
+                    for names in pool.map(lambda chain: self._stop_chain(chain, progress), chains):
+                        stopped += names
             for host in self.hosts.values():
                 if netns.kill(host):
                     progress(f"{host.name}: killed what was left")
@@ -201,6 +202,16 @@ class Cluster:
                 shutil.rmtree(self.spec.root / "hosts", ignore_errors=True)
                 progress(f"state wiped ({self.spec.root / 'hosts'})")
             return stopped
+
+    def _stop_chain(self, hosts: list[Host], progress: Progress) -> list[str]:
+        stopped = []
+        for host in hosts:
+            if host.netns in netns.namespaces():
+                names = self.service(host).stop()
+                if names:
+                    progress(f"{host.name}: stopped {', '.join(names)}")
+                stopped += names
+        return stopped
 
     def leftovers(self) -> list[str]:
         return netns.leftovers(self.spec, list(self.hosts.values()))
