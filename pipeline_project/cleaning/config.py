@@ -25,7 +25,9 @@ class ReaderConfig(BaseModel):
     # one JSONL line (= one document) longer than this is quarantined `line_too_long`, and so is a .txt one of
     # whose lines is; the line is measured in place, never copied
     max_line_bytes: int = 64 * 1024 * 1024
-    # one .txt / .html document larger than this (after decompression) is quarantined `document_too_large`
+    # one .txt / .html document larger than this (after decompression and transcoding) is quarantined
+    # `document_too_large`; enforced while inflating and while transcoding UTF-16/32, so a small archive never
+    # becomes more than this in memory
     max_document_bytes: int = 64 * 1024 * 1024
     # decompression-bomb guard, enforced while inflating: an archive whose output passes this is quarantined
     # `decompressed_too_large`, and an object (compressed or not) larger than this `object_too_large`.
@@ -39,6 +41,20 @@ class ReaderConfig(BaseModel):
     max_control_byte_fraction: float = 0.05
     # .html / .htm objects: extract the main text with trafilatura, or quarantine them `html_extraction_disabled`
     extract_html: bool = False
+
+
+class LimitsConfig(BaseModel):
+    """What one document may cost. A document whose per-document work (routing, filters, and the work done ahead
+    for dedup and masking) uses more CPU time than `document_cpu_seconds + document_cpu_seconds_per_mb` x its
+    size in MB is quarantined `processing_timeout` (`budget.py`); the rest of its chunk goes on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    document_cpu_seconds: float = Field(default=5.0, gt=0)
+    # the chain is linear: a large document is given time in proportion to its size
+    document_cpu_seconds_per_mb: float = Field(default=2.0, ge=0)
+
+    def document_budget(self, text: str) -> float:
+        return self.document_cpu_seconds + self.document_cpu_seconds_per_mb * len(text) / (1 << 20)
 
 
 class EncodingRepairConfig(_Step):
@@ -192,8 +208,11 @@ class CleaningConfig(BaseModel):
     # 3: readers: document cap (reader.max_document_bytes), 1 GiB decompression cap, binary content, BOM-less
     #    UTF-16/32, empty objects and HTML without extraction quarantined, lone surrogates replaced
     # 4: cleaning profiles (profile_config.py): en_web, zh_web (FineWeb-2 cmn_Hani), code (StarCoder2), books
-    version: str = "4"
+    # 5: per-document CPU budget (limits), document cap enforced while inflating / transcoding, HTML visible text
+    #    of code files by an HTML parser
+    version: str = "5"
     reader: ReaderConfig = ReaderConfig()
+    limits: LimitsConfig = LimitsConfig()
     encoding: EncodingRepairConfig = EncodingRepairConfig()
     boilerplate: BoilerplateConfig = BoilerplateConfig()
     language: LanguageConfig = LanguageConfig()

@@ -1,7 +1,7 @@
-"""The per-document part of every profile's chain, run over a process pool.
+"""The per-document part of every profile's chain (`DocumentFilters`), run in process or over a process pool.
 
 Every step before deduplication judges one document at a time (repair, language ID, Gopher, C4, FineWeb, the
-code filters). `FilterPool` routes each document to its profile and runs those steps in worker processes
+code filters). `workers.FilterPool` routes each document to its profile and runs those steps in worker processes
 over slices of a chunk, and returns what the in-process chain would: per profile the kept documents with
 their batch positions, the dropped ones with their reasons, and per-step counts (seconds are summed CPU
 seconds across workers). Deduplication and masking decide in the calling process, in order, so decisions
@@ -12,13 +12,13 @@ every chunk passes through, only looks up and decides.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import multiprocessing
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 
+from pipeline_project.cleaning.budget import DocumentTimeout, cpu_budget, timeout_record
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.profile_config import PROFILE_NAMES
 from pipeline_project.cleaning.profiles import (
@@ -29,20 +29,16 @@ from pipeline_project.cleaning.profiles import (
     run_filter_stage,
     split_at_dedup,
 )
-from pipeline_project.cleaning.records import SINK_MASK, DocState, Document, Dropped
+from pipeline_project.cleaning.records import SINK_MASK, DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import Step, StepStats
 from pipeline_project.cleaning.steps.base import prepare_ahead
 from pipeline_project.cleaning.steps.pii import mask_pii
 
-FilterOutput = tuple[dict[str, Positioned], list[Dropped], list[StepStats]]
-
-_router: ProfileRouter | None = None
-_chains: dict[str, list[Step]] | None = None
-_post: dict[str, list[Step]] | None = None  # per profile, the steps after the filters (run by the caller)
-_config: CleaningConfig | None = None
+FilterOutput = tuple[dict[str, Positioned], list[Dropped], list[StepStats], list[Quarantined]]
 
 # StepStats.notes key of the per-step stats a worker sends for the work it did ahead; `take_ahead` folds them
 AHEAD = "ahead"
+ChainsFactory = Callable[[CleaningConfig], dict[str, list[Step]]]
 
 
 def default_workers() -> int:
@@ -58,42 +54,80 @@ def filter_steps(config: CleaningConfig) -> dict[str, list[Step]]:
     return filter_chains(config)
 
 
-def _init(config_json: str) -> None:
-    global _router, _chains, _post, _config
-    _config = CleaningConfig.model_validate_json(config_json)
-    split = {name: split_at_dedup(steps) for name, steps in build_chains(_config).items()}
-    _chains = {name: parts[0] for name, parts in split.items()}
-    _post = {name: parts[1] for name, parts in split.items()}
-    _router = ProfileRouter(_config, _chains)
-    # load the models (language ID, segmenter) now, not inside the first chunk's timing
-    warm = [
-        Document(id="warm-up", text="The workers load their models before the first chunk. " * 20, source=""),
-        Document(id="warm-up-zh", text="工作进程在处理第一批文档之前先加载它们的模型。" * 20, source=""),
-    ]
-    run_filter_stage(_router, _chains, warm, "warm-up")
-
-
 def sink_mask(text: str, config: CleaningConfig) -> str:
     """`text` as the exclusion sink stores it (`publish.exclusion_records_of`)."""
     return mask_pii(text, config.pii)[0] if config.pii.enabled else text
 
 
-def _work(args: tuple[list[Document], str, int]) -> FilterOutput:
-    docs, batch_id, offset = args
-    kept, dropped, stats = run_filter_stage(_router, _chains, docs, batch_id, offset, clock=time.process_time)
-    for name, items in kept.items():
-        steps = _post[name]
-        start = time.process_time()
-        for _, doc in items:
-            doc.state = DocState()  # the words cache is not worth sending back
-            prepare_ahead(steps, doc)
-            pii = doc.state.prepared.get("pii")  # PIIMasking masks with config.pii, as the sink does
-            masked = pii[1][0] if pii is not None else sink_mask(doc.text, _config)
-            doc.state.prepared[SINK_MASK] = (doc.text, masked)
-        seconds = (time.process_time() - start) / max(len(steps), 1)  # shared evenly: one clock for all
-        stats += [StepStats(s.name, seconds=seconds, profile=name, notes={AHEAD: 1}) for s in steps]
-    dropped = [dataclasses.replace(d, masked_text=sink_mask(d.text, _config)) for d in dropped]
-    return kept, dropped, stats
+class DocumentFilters:
+    """The per-document work of every profile's chain, one document at a time, each under its CPU budget.
+
+    Per document: route it, run its profile's filters, and do ahead the per-document work of the later steps
+    (hashes, signatures, PII and secret masks) and the exclusion sink's mask of a dropped text. A document that
+    runs out of budget (`budget.py`) is quarantined `processing_timeout`; the others are not affected. A pool
+    worker holds one; so does a `CleaningPipeline` without a pool.
+    """
+
+    def __init__(self, config: CleaningConfig, chains_factory: ChainsFactory = build_chains):
+        self.config = config
+        split = {name: split_at_dedup(steps) for name, steps in chains_factory(config).items()}
+        self.chains = {name: parts[0] for name, parts in split.items()}
+        self.post = {name: parts[1] for name, parts in split.items()}  # run later, by the caller
+        self.router = ProfileRouter(config, self.chains)
+        self.warmed = False
+
+    def warm(self) -> None:
+        """Load the models (language ID, segmenter) now, not inside the first chunk's timing."""
+        warm = [
+            Document(id="warm-up", text="The workers load their models before the first chunk. " * 20, source=""),
+            Document(id="warm-up-zh", text="工作进程在处理第一批文档之前先加载它们的模型。" * 20, source=""),
+        ]
+        run_filter_stage(self.router, self.chains, warm, "warm-up")
+        self.warmed = True
+
+    def run(
+        self,
+        docs: list[Document],
+        batch_id: str,
+        offset: int = 0,
+        budgeted: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> FilterOutput:
+        """The output for `docs` (batch positions from `offset`); `progress(i)` is called before document i."""
+        if budgeted and docs and not self.warmed:  # model loading is not the first document's work
+            self.warm()
+        parts: list[FilterOutput] = []
+        late: list[Quarantined] = []
+        limits = self.config.limits
+        for i, doc in enumerate(docs):
+            if progress is not None:
+                progress(i)
+            try:
+                with cpu_budget(limits.document_budget(doc.text)) if budgeted else contextlib.nullcontext():
+                    parts.append(self._one(doc, batch_id, offset + i))
+            except DocumentTimeout:
+                self.router.forget()
+                late.append(timeout_record(doc, limits.document_budget(doc.text)))
+        kept, dropped, stats, _ = merge_outputs(parts)
+        return kept, dropped, stats, late
+
+    def _one(self, doc: Document, batch_id: str, position: int) -> FilterOutput:
+        kept, dropped, stats = run_filter_stage(
+            self.router, self.chains, [doc], batch_id, position, clock=time.process_time
+        )
+        for name, items in kept.items():
+            steps = self.post[name]
+            start = time.process_time()
+            for _, kept_doc in items:
+                kept_doc.state = DocState()  # the words cache is not worth sending back
+                prepare_ahead(steps, kept_doc)
+                pii = kept_doc.state.prepared.get("pii")  # PIIMasking masks with config.pii, as the sink does
+                masked = pii[1][0] if pii is not None else sink_mask(kept_doc.text, self.config)
+                kept_doc.state.prepared[SINK_MASK] = (kept_doc.text, masked)
+            seconds = (time.process_time() - start) / max(len(steps), 1)  # shared evenly: one clock for all
+            stats += [StepStats(s.name, seconds=seconds, profile=name, notes={AHEAD: 1}) for s in steps]
+        dropped = [dataclasses.replace(d, masked_text=sink_mask(d.text, self.config)) for d in dropped]
+        return kept, dropped, stats, []
 
 
 def take_ahead(stats: list[StepStats]) -> tuple[list[StepStats], dict[tuple[str, str], float]]:
@@ -121,52 +155,26 @@ def merge_stats(parts: list[list[StepStats]]) -> list[StepStats]:
     return sorted(merged.values(), key=lambda s: rank.get(s.profile, len(rank)))  # stable: chain order kept
 
 
-def _merge(parts: list[FilterOutput]) -> FilterOutput:
+def merge_outputs(parts: list[FilterOutput]) -> FilterOutput:
+    """The outputs of consecutive slices of a chunk (in chunk order) as one."""
     kept: dict[str, Positioned] = {}
     dropped: list[Dropped] = []
-    for part_kept, part_dropped, _ in parts:
+    quarantined: list[Quarantined] = []
+    for part_kept, part_dropped, _, part_quarantined in parts:
         for name, items in part_kept.items():
             kept.setdefault(name, []).extend(items)
         dropped.extend(part_dropped)
-    merged = merge_stats([stats for _, _, stats in parts])
+        quarantined.extend(part_quarantined)
+    merged = merge_stats([stats for _, _, stats, _ in parts])
     order = {(s.profile, s.name): i for i, s in enumerate(merged)}
     # as the in-process chain lists them: profile by profile, step by step
     dropped.sort(key=lambda d: order[(d.meta.get("domain", ""), d.step)])
-    return {name: kept[name] for name in PROFILE_NAMES if name in kept}, dropped, merged
+    return {name: kept[name] for name in PROFILE_NAMES if name in kept}, dropped, merged, quarantined
 
 
-class FilterPool:
-    """`workers` processes, each with its own router and copy of the filter steps (models load once per worker)."""
+def __getattr__(name: str):
+    if name == "FilterPool":  # the pool lives in workers.py; `from parallel import FilterPool` still works
+        from pipeline_project.cleaning.workers import FilterPool
 
-    def __init__(self, config: CleaningConfig, workers: int):
-        self.workers = workers
-        self._executor = ProcessPoolExecutor(
-            max_workers=workers,
-            # spawn, not fork: the caller may be a threaded Dagster run worker
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init,
-            initargs=(config.model_dump_json(),),
-        )
-
-    def run(self, docs: list[Document], batch_id: str) -> FilterOutput:
-        return self.submit(docs, batch_id)()
-
-    def submit(self, docs: list[Document], batch_id: str) -> Callable[[], FilterOutput]:
-        """Queue `docs` on the workers now; the returned call waits for them and merges their output.
-
-        The caller may read and submit the next chunk, or deduplicate the previous one, while the workers run."""
-        if not docs:
-            return lambda: ({}, [], [])
-        n_slices = min(len(docs), self.workers * 4)  # several slices per worker evens out uneven documents
-        bounds = [len(docs) * k // n_slices for k in range(n_slices + 1)]
-        futures = [self._executor.submit(_work, (docs[a:b], batch_id, a)) for a, b in zip(bounds, bounds[1:]) if b > a]
-        return lambda: _merge([f.result() for f in futures])
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> FilterPool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return FilterPool
+    raise AttributeError(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -12,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline_project.cleaning.budget import can_interrupt
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
-from pipeline_project.cleaning.parallel import take_ahead
+from pipeline_project.cleaning.parallel import DocumentFilters, FilterOutput, take_ahead
 from pipeline_project.cleaning.profile_config import PROFILE_NAMES
 from pipeline_project.cleaning.profiles import (
     Positioned,
@@ -23,7 +25,6 @@ from pipeline_project.cleaning.profiles import (
     build_chain,
     build_chains,
     run_chain,
-    run_filter_stage,
     split_at_dedup,
 )
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
@@ -148,16 +149,22 @@ class Started:
     batch_id: str
     docs: list[Document]
     quarantined: list[Quarantined]
-    filtered: Callable[[], tuple[dict[str, Positioned], list[Dropped], list[StepStats]]]
+    filtered: Callable[[], FilterOutput]
 
 
 class CleaningPipeline:
-    """Routes each document to its profile's chain (`profiles.py`). With a `pool` (`parallel.FilterPool`),
-    the routing and the per-document filters run in its workers; dedup and masking run here, in order."""
+    """Routes each document to its profile's chain (`profiles.py`). With a `pool` (`workers.FilterPool`),
+    the routing and the per-document filters run in its workers; dedup and masking run here, in order.
 
-    def __init__(self, config: CleaningConfig | None = None, pool: Any = None):
+    Every document's per-document work runs under its CPU budget (`budget.py`): without a pool, in this process
+    when it runs on the main thread, else in a pool of one worker that the pipeline starts when first needed.
+    `chains_factory` builds the chains from the config (a test passes a variant)."""
+
+    def __init__(self, config: CleaningConfig | None = None, pool: Any = None, chains_factory=build_chains):
         self.config = config or CleaningConfig()
-        self.chains = build_chains(self.config)
+        self.chains = chains_factory(self.config)
+        self.chains_factory = chains_factory
+        self.filters = DocumentFilters(self.config, lambda _: self.chains)
         self.steps = self.chains["en_web"]
         split = {name: split_at_dedup(steps) for name, steps in self.chains.items()}
         self.filter_chains = {name: parts[0] for name, parts in split.items()}
@@ -191,9 +198,20 @@ class CleaningPipeline:
             (quarantined if isinstance(item, Quarantined) else docs).append(item)
         if self.pool is not None and docs:
             filtered = self.pool.submit(docs, batch_id)
+        elif can_interrupt() or not docs:
+            filtered = functools.partial(self.filters.run, docs, batch_id)
         else:
-            filtered = functools.partial(run_filter_stage, self.router, self.filter_chains, docs, batch_id)
+            filtered = self._own_pool().submit(docs, batch_id)
         return Started(batch_id, docs, quarantined, filtered)
+
+    def _own_pool(self) -> Any:
+        """A pool of one worker, for a pipeline called off the main thread (where no budget timer can be set)."""
+        if self.pool is None:
+            from pipeline_project.cleaning.workers import FilterPool
+
+            self.pool = FilterPool(self.config, 1, self.chains_factory)
+            weakref.finalize(self, self.pool.close)
+        return self.pool
 
     def finish(
         self, started: Started, index: DedupIndex | None = None, commit: bool = True, force_index: bool = False
@@ -212,7 +230,11 @@ class CleaningPipeline:
         if ctx.use_index:
             index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
             result.pending_index = index
-        kept, dropped, stats = started.filtered()
+        kept, dropped, stats, late = started.filtered()
+        if late:  # over their CPU budget
+            result.quarantined.extend(late)
+            reasons = Counter(q.reason for q in late)
+            result.step_stats.append(StepStats("cpu_budget", docs_in=len(docs), dropped=len(late), reasons=reasons))
         stats, ahead = take_ahead(stats)
         result.dropped.extend(dropped)
         result.step_stats.extend(stats)

@@ -79,9 +79,7 @@ class RecordingPool:
     def submit(self, docs, batch_id):
         n = sum(1 for c in self.calls if c[0] == "submit")
         self.calls.append(("submit", n))
-        from pipeline_project.cleaning.profiles import run_filter_stage
-
-        output = run_filter_stage(self.pipeline.router, self.pipeline.filter_chains, docs, batch_id)
+        output = self.pipeline.filters.run(docs, batch_id)
 
         def wait():
             self.calls.append(("wait", n))
