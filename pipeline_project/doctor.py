@@ -159,10 +159,21 @@ def check_s3(settings: Settings, timeout_s: float = 5.0) -> list[Check]:
                 hint = "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or the role) and the bucket policy"
             checks.append(Check(name, False, f"{where}: {code}", hint))
         except BotoCoreError as exc:
-            checks.append(
-                Check(name, False, f"{where}: {_error(exc)}", f"start S3 ({STACK_HINT}) or fix PIPELINE_S3_ENDPOINT")
-            )
+            checks.append(Check(name, False, f"{where}: {_error(exc)}", _s3_hint(settings, exc)))
     return checks
+
+
+def _s3_hint(settings: Settings, exc: Exception) -> str:
+    from botocore.exceptions import NoCredentialsError
+
+    if settings.s3_endpoint is None and isinstance(exc, NoCredentialsError):
+        return (
+            "PIPELINE_S3_ENDPOINT is unset and no local stack S3 runs, so this is AWS S3, and boto3 found no "
+            f"credentials: set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or a role), or start S3 ({STACK_HINT})"
+        )
+    if settings.s3_endpoint is None:
+        return f"this is AWS S3 (PIPELINE_S3_ENDPOINT is unset): check the network and AWS_REGION, or start S3 ({STACK_HINT})"
+    return f"nothing usable answers at {settings.s3_endpoint}: start S3 ({STACK_HINT}) or fix PIPELINE_S3_ENDPOINT"
 
 
 def _http_check(name: str, url: str, path: str, hint: str, timeout_s: float) -> Check:

@@ -1,9 +1,10 @@
 """Every setting of the pipeline, read from the environment in this one module.
 
-Kafka, MLflow and Dagster default to the embedded local stack (`pipeline-project stack up`). S3 has no
-default endpoint: with PIPELINE_S3_ENDPOINT unset the clients talk to AWS S3 and take their credentials from
-boto3's default chain (env keys, IRSA, instance profile, ~/.aws), never the local stack's keys. The stack hands its
-endpoint and keys to every process it launches, and `pipeline-project stack env` prints them for a shell.
+Kafka, MLflow, PostgreSQL and Dagster default to the embedded local stack (`pipeline-project stack up`). So does
+S3 while the stack's S3 server runs (its pid file in the state dir names a live process): with PIPELINE_S3_ENDPOINT
+unset, the clients then use the endpoint and keys the stack wrote into its s3proxy.properties, whatever AWS keys the
+shell holds. With no local S3 running, PIPELINE_S3_ENDPOINT unset means AWS S3 with boto3's default credential chain
+(env keys, IRSA, instance profile, ~/.aws). The local keys only ever go to an endpoint on this machine.
 Point the pipeline at your own services by exporting the variables below; the README's settings table lists them all.
 Nothing else in the package reads `os.environ` for configuration: components receive a `Settings`
 (or the resource config built from it).
@@ -11,8 +12,10 @@ Nothing else in the package reads `os.environ` for configuration: components rec
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,6 +40,11 @@ DEFAULT_TRAINING_EXPERIMENT = "deepseek-pretraining"
 DEFAULT_INGEST_EXPERIMENT = "kafka-ingest"
 DEFAULT_MLFLOW_ARTIFACTS_BUCKET = "mlflow-artifacts"
 DEFAULT_MIN_NEW_TOKENS = 200_000
+# A triggered training run trains at most this many steps (0: no bound); the next triggered run trains the rest.
+# 200 steps of the tiny preset take minutes on a CPU; a GPU deployment raises it.
+DEFAULT_TRIGGER_MAX_STEPS = 200
+DEFAULT_TRIGGER_RETRY_BASE_S = 60.0  # after a failed training run the trigger waits 60 s, 120 s, 240 s, ...
+DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
 
 # Secrets are never stored in `Settings`: the Dagster layer passes them on as `dg.EnvVar(NAME)`,
 # and the trainer process reads them through `secret()`.
@@ -87,6 +95,42 @@ def stack_kafka_security() -> str | None:
     return value.lower() if value else None
 
 
+def default_stack_state_dir() -> Path:
+    """PIPELINE_STATE_DIR, else `.state/` beside the package (the checkout the stack runs from)."""
+    raw = stack_state_dir()
+    return Path(raw).expanduser().resolve() if raw else Path(__file__).resolve().parents[1] / ".state"
+
+
+@dataclass(frozen=True)
+class LocalS3:
+    endpoint: str
+    access_key: str
+    secret_key: str = field(repr=False)
+
+
+def running_local_s3(state_dir: Path | None = None) -> LocalS3 | None:
+    """The local stack's S3 as the stack wrote it down (`<state>/s3/s3proxy.{pid,properties}`), when that very
+    process still runs; None otherwise (no stack, stopped, or a stale pid file whose pid was reused)."""
+    import psutil
+
+    s3_dir = (state_dir or default_stack_state_dir()) / "s3"
+    try:
+        record = json.loads((s3_dir / "s3proxy.pid").read_text())
+        started = psutil.Process(int(record["pid"])).create_time()
+        props = dict(
+            line.split("=", 1) for line in (s3_dir / "s3proxy.properties").read_text().splitlines() if "=" in line
+        )
+        if abs(started - float(record["create_time"])) > 0.5:
+            return None
+        local = LocalS3(props["s3proxy.endpoint"], props["s3proxy.identity"], props["s3proxy.credential"])
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        return None
+    return local if is_local_endpoint(local.endpoint) else None
+
+
+_DETECT: Any = object()  # Settings.s3_endpoint's default: the local stack's S3 if it runs, else AWS
+
+
 def _local_kafka_bootstrap() -> str:
     # The stack's own port overrides (PIPELINE_KAFKA_PORTS, PIPELINE_MLFLOW_PORT, ...) also move the client defaults;
     # S3 has no local default (see the module docstring).
@@ -135,9 +179,10 @@ class Settings:
     kafka_sasl_mechanism: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_MECHANISM"))
     kafka_sasl_username: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_USERNAME"))
     kafka_ssl_ca_location: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SSL_CA_LOCATION"))
-    # None: AWS S3 itself. The keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY when set; else, for an endpoint on
-    # this machine, the local stack's keys; else None, so boto3 uses its default credential chain (IRSA, ...).
-    s3_endpoint: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_S3_ENDPOINT"))
+    # Unset: the local stack's S3 while it runs (and its keys), else None = AWS S3 itself. The keys otherwise:
+    # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY when set; else, for an endpoint on this machine, the local stack's
+    # keys; else None, so boto3 uses its default credential chain (IRSA, ...).
+    s3_endpoint: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_S3_ENDPOINT") or _DETECT)
     s3_access_key: str | None = field(default_factory=lambda: _env_or_none(AWS_ACCESS_KEY_ENV), repr=False)
     s3_secret_key: str | None = field(default_factory=lambda: _env_or_none(AWS_SECRET_KEY_ENV), repr=False)
     s3_region: str = field(default_factory=lambda: _env("AWS_REGION", "us-east-1"))
@@ -172,6 +217,15 @@ class Settings:
     min_new_tokens: int = field(
         default_factory=lambda: int(_env("PIPELINE_MIN_NEW_TOKENS", str(DEFAULT_MIN_NEW_TOKENS)))
     )
+    trigger_max_steps: int = field(
+        default_factory=lambda: int(_env("PIPELINE_TRIGGER_MAX_STEPS", str(DEFAULT_TRIGGER_MAX_STEPS)))
+    )
+    trigger_retry_base_s: float = field(
+        default_factory=lambda: float(_env("PIPELINE_TRIGGER_RETRY_BASE_S", str(DEFAULT_TRIGGER_RETRY_BASE_S)))
+    )
+    trigger_retry_max_s: float = field(
+        default_factory=lambda: float(_env("PIPELINE_TRIGGER_RETRY_MAX_S", str(DEFAULT_TRIGGER_RETRY_MAX_S)))
+    )
     # Prometheus (pipeline_project/metrics.py): the trainer's /metrics base port (rank r serves base + local rank;
     # unset or 0: off), and the Pushgateway short-lived Dagster steps push to (unset: the local stack's)
     metrics_port: int = field(default_factory=lambda: int(_env("PIPELINE_METRICS_PORT", "0")))
@@ -182,6 +236,13 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
+        if self.s3_endpoint is _DETECT:
+            local = running_local_s3()
+            object.__setattr__(self, "s3_endpoint", local.endpoint if local else None)
+            if local is not None:
+                object.__setattr__(self, "s3_access_key", local.access_key)
+                object.__setattr__(self, "s3_secret_key", local.secret_key)
+                return
         if self.s3_access_key is None and self.s3_secret_key is None and is_local_endpoint(self.s3_endpoint):
             object.__setattr__(self, "s3_access_key", LOCAL_S3_ACCESS_KEY)
             object.__setattr__(self, "s3_secret_key", LOCAL_S3_SECRET_KEY)

@@ -37,6 +37,7 @@ def aws_chain(monkeypatch, tmp_path) -> Path:
     """No S3 settings in the environment; boto3's chain finds only a credentials file (as IRSA or a profile would)."""
     for name in S3_ENV:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "no-local-stack"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
