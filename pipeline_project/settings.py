@@ -45,6 +45,11 @@ DEFAULT_MIN_NEW_TOKENS = 200_000
 DEFAULT_TRIGGER_MAX_STEPS = 200
 DEFAULT_TRIGGER_RETRY_BASE_S = 60.0  # after a failed training run the trigger waits 60 s, 120 s, 240 s, ...
 DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
+# A triggered training run trains at most this many steps (0: no bound); the next triggered run trains the rest.
+# 200 steps of the tiny preset take minutes on a CPU; a GPU deployment raises it.
+DEFAULT_TRIGGER_MAX_STEPS = 200
+DEFAULT_TRIGGER_RETRY_BASE_S = 60.0  # after a failed training run the trigger waits 60 s, 120 s, 240 s, ...
+DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
 
 # Secrets are never stored in `Settings`: the Dagster layer passes them on as `dg.EnvVar(NAME)`,
 # and the trainer process reads them through `secret()`.
@@ -216,6 +221,15 @@ class Settings:
     cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
     min_new_tokens: int = field(
         default_factory=lambda: int(_env("PIPELINE_MIN_NEW_TOKENS", str(DEFAULT_MIN_NEW_TOKENS)))
+    )
+    trigger_max_steps: int = field(
+        default_factory=lambda: int(_env("PIPELINE_TRIGGER_MAX_STEPS", str(DEFAULT_TRIGGER_MAX_STEPS)))
+    )
+    trigger_retry_base_s: float = field(
+        default_factory=lambda: float(_env("PIPELINE_TRIGGER_RETRY_BASE_S", str(DEFAULT_TRIGGER_RETRY_BASE_S)))
+    )
+    trigger_retry_max_s: float = field(
+        default_factory=lambda: float(_env("PIPELINE_TRIGGER_RETRY_MAX_S", str(DEFAULT_TRIGGER_RETRY_MAX_S)))
     )
     trigger_max_steps: int = field(
         default_factory=lambda: int(_env("PIPELINE_TRIGGER_MAX_STEPS", str(DEFAULT_TRIGGER_MAX_STEPS)))

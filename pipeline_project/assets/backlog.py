@@ -27,6 +27,11 @@ class Backlog:
     batches: int  # batches with untrained tokens
     checkpoint_id: int  # storage id of the newest checkpoint materialization (0: none)
     newest_id: int  # storage id of the newest token_blocks materialization (0: none)
+    parts: tuple[tuple[int, float], ...] = ()  # (storage id, untrained tokens) of each batch counted
+
+    def tokens_after(self, storage_id: int) -> int:
+        """Untrained tokens of the batches materialized after `storage_id`."""
+        return round(sum(tokens for sid, tokens in self.parts if sid > storage_id))
 
     @property
     def run_key(self) -> str:
@@ -89,7 +94,7 @@ def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None =
         state.pending[batch] = [storage_id, int(meta.get("tokens") or 0), ranges, meta.get("topic")]
         state.after = storage_id
     state.checkpoint_id, state.position = checkpoint_id, position
-    tokens, batches = 0.0, 0
+    parts: list[tuple[int, float]] = []
     for batch, (storage_id, batch_tokens, ranges, _topic) in list(state.pending.items()):
         if ranges is not None and position is not None:
             share = untrained_share(ranges, position)
@@ -98,9 +103,9 @@ def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None =
         if share == 0.0:
             del state.pending[batch]  # trained, and stays so while positions move forward
         elif batch_tokens > 0:
-            tokens += share * batch_tokens
-            batches += 1
-    return Backlog(tokens=round(tokens), batches=batches, checkpoint_id=checkpoint_id, newest_id=state.after)
+            parts.append((storage_id, share * batch_tokens))
+    tokens = round(sum(t for _sid, t in parts))
+    return Backlog(tokens, len(parts), checkpoint_id=checkpoint_id, newest_id=state.after, parts=tuple(parts))
 
 
 def _materializations_after(instance: dg.DagsterInstance, after: int) -> Iterator[tuple[int, str, dict]]:

@@ -96,6 +96,14 @@ def refuse_if_another_run_trains(instance: dg.DagsterInstance, run_id: str) -> N
             )
 
 
+class TrainingRunConfig(dg.Config):
+    """One training run's own bounds, set per run (the trigger sensor sets them; the UI's launchpad may)."""
+
+    max_steps: int | None = None
+    """Train at most this many steps in this run (the trainer resource's `max_steps`, when set, still caps it);
+    None or 0: no bound of the run's own. The checkpoint trigger sets $PIPELINE_TRIGGER_MAX_STEPS here."""
+
+
 @dg.asset(
     deps=[token_blocks],
     group_name="training",
@@ -107,6 +115,7 @@ def refuse_if_another_run_trains(instance: dg.DagsterInstance, run_id: str) -> N
 )
 def deepseek_checkpoint(
     context: dg.AssetExecutionContext,
+    config: TrainingRunConfig,
     s3: S3Resource,
     kafka: KafkaResource,
     layout: PipelineLayout,
@@ -129,6 +138,7 @@ def deepseek_checkpoint(
         partitions=list(batches),
         shard_manifests={b: f"s3://{layout.bucket}/{manifest_key(layout.shard_dir(b))}" for b in batches},
         batch_offsets=batches,
+        max_steps=config.max_steps,
     )
     context.log.info(f"training on topic {layout.topic} ({len(batches)} batches not yet wholly trained)")
     return trainer.run(context, job)

@@ -136,6 +136,22 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     return table
 
 
+def triggered_runs_in_the_way(instance) -> list[str]:
+    """The training runs the checkpoint trigger requested that are queued or running: the demo cancels them, so its
+    own run never waits behind one (training runs one at a time). Their data is not lost: the trigger requests it
+    again once the demo releases its hold."""
+    from dagster._core.storage.tags import SENSOR_NAME_TAG
+
+    from pipeline_project.assets.checkpoint import IN_FLIGHT, training_runs
+    from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+
+    return [
+        r.dagster_run.run_id
+        for r in training_runs(instance, IN_FLIGHT)
+        if r.dagster_run.tags.get(SENSOR_NAME_TAG) == checkpoint_trigger_sensor.name
+    ]
+
+
 def use_dagster_home(home: Path) -> None:
     """Point this process at the stack's Dagster instance: `DagsterInstance.get()` reads DAGSTER_HOME.
 
@@ -144,24 +160,10 @@ def use_dagster_home(home: Path) -> None:
     os.environ["DAGSTER_HOME"] = str(home)
 
 
-def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0, seed: int | None = None) -> None:
-    from dagster import DagsterInstance
+def _ingest_and_train(instance, settings: Settings, files, timeout_s: float, train_steps: int, stamp: str) -> list:
+    """Upload, wait for the ingest runs, then train (preempting triggered runs) and wait; the batches ingested."""
     from dagster_graphql import DagsterGraphQLClient
 
-    settings: Settings = stack.settings()
-    use_dagster_home(stack.services["dagster"].home)
-    instance = DagsterInstance.get()
-
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    prefix = f"{settings.raw_prefix}demo-{stamp}/"
-    files = (
-        files_from_dir(source, prefix)
-        if source
-        else [
-            SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data)
-            for f in generate(seed=int(stamp[-6:]) if seed is None else seed)
-        ]
-    )
     started = time.time()
     upload(settings, files)
 
@@ -181,9 +183,11 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
 
     train_started = time.time()
     client = DagsterGraphQLClient("127.0.0.1", port_number=int(settings.dagster_url.rsplit(":", 1)[-1]))
-    # run config replaces the resource's configured values, so the experiment setting goes along
-    trainer_config = {"max_steps": train_steps, "experiment_name": settings.mlflow_experiment}
-    run_config = {"resources": {"trainer": {"config": trainer_config}}} if train_steps else None
+    for triggered in triggered_runs_in_the_way(instance):
+        console.print(f"canceling triggered training run {triggered[:8]}: the demo trains now, the trigger later")
+        client.terminate_run(triggered)
+    # the run's own bound (deepseek_checkpoint's config): the trainer resource keeps its configured values
+    run_config = {"ops": {"deepseek_checkpoint": {"config": {"max_steps": train_steps}}}} if train_steps else None
     run_id = client.submit_job_execution("train_checkpoint", run_config=run_config, tags={"pipeline/demo": stamp})
     console.print(f"training: run {run_id[:8]} ({settings.dagster_url}/runs/{run_id})")
     train = wait_for_runs(
@@ -196,6 +200,36 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
     )
     if train[0].status.value != "SUCCESS":
         raise SystemExit(f"training run {run_id} failed; see {settings.dagster_url}/runs/{run_id}")
+    return partitions
+
+
+def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0, seed: int | None = None) -> None:
+    from dagster import DagsterInstance
+
+    from pipeline_project.sensors.trigger_policy import hold_trigger, release_trigger
+
+    settings: Settings = stack.settings()
+    use_dagster_home(stack.services["dagster"].home)
+    instance = DagsterInstance.get()
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    prefix = f"{settings.raw_prefix}demo-{stamp}/"
+    files = (
+        files_from_dir(source, prefix)
+        if source
+        else [
+            SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data)
+            for f in generate(seed=int(stamp[-6:]) if seed is None else seed)
+        ]
+    )
+    owner = f"demo {stamp}"
+    # The trigger requests nothing while the demo holds it (a lease: a demo that dies leaves it to expire), so
+    # the demo's corpus does not start a triggered run that the demo's own training would queue behind.
+    hold_trigger(instance, owner, seconds=3 * timeout_s, now=time.time())
+    try:
+        partitions = _ingest_and_train(instance, settings, files, timeout_s, train_steps, stamp)
+    finally:
+        release_trigger(instance, owner)
     from pipeline_project.assets.checkpoint import deepseek_checkpoint
 
     console.print(summarize(instance, settings, partitions, _meta(instance, deepseek_checkpoint)))

@@ -51,7 +51,8 @@ class TrainerResource(dg.ConfigurableResource):
     decay_steps: int | None = None
     batch_size: int | None = None
     max_steps: int | None = None
-    """None or 0 trains on everything new in the topic (bounded mode); >0 caps the steps."""
+    """None or 0 trains on everything new in the topic (bounded mode); >0 caps the steps. A run's own bound
+    (`deepseek_checkpoint`'s `max_steps` config, which the checkpoint trigger sets) can only lower it."""
     checkpoint_every: int | None = None
     """Mid-run checkpoint every N steps, so a crash loses at most N steps. None keeps TrainConfig's default
     (100, see `TrainConfig.checkpoint_every`); 0 checkpoints only at the end."""
@@ -89,13 +90,18 @@ class TrainerResource(dg.ConfigurableResource):
         partitions: list[str],
         shard_manifests: dict[str, str] | None = None,
         batch_offsets: dict[str, dict] | None = None,
+        max_steps: int | None = None,
     ) -> JobConfig:
-        """The validated `JobConfig` of one materialization."""
+        """The validated `JobConfig` of one materialization; `max_steps` is the run's own bound (the tighter of it
+        and this resource's `max_steps` holds)."""
         from pipeline_project.training.job import JobConfig
 
         train: dict[str, Any] = {
             name: getattr(self, name) for name in _TRAIN_OVERRIDES if getattr(self, name) is not None
         }
+        bounds = [steps for steps in (self.max_steps, max_steps) if steps and steps > 0]
+        if bounds:
+            train["max_steps"] = min(bounds)
         name = self.preset.value if self.preset is not None else None
         preset = {k: v for k, v in {"name": name, "pretrained": self.pretrained}.items() if v is not None}
         if preset:

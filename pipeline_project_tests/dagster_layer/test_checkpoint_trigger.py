@@ -7,6 +7,7 @@ import dagster as dg
 from pipeline_project.assets.backlog import BacklogState, untrained_backlog
 from pipeline_project.assets.partitions import untrained_share
 from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+from pipeline_project.sensors.trigger_policy import TriggerCursor
 
 
 def _produced(instance, batch: str, tokens: int, ranges: dict, reused: bool = False):
@@ -112,14 +113,14 @@ def test_a_tick_reads_the_materializations_since_the_last_tick_and_keeps_only_un
         reads = _count_token_blocks_reads(instance, monkeypatch)
         first = _tick(instance)
         assert sum(reads) == 30 and "500 untrained tokens" in first.skip_reason.skip_message
-        state = BacklogState.from_cursor(first.cursor)
+        state = TriggerCursor.from_cursor(first.cursor).backlog
         assert sorted(state.pending) == [f"b{i}" for i in range(25, 30)]  # the cursor holds the backlog, not history
 
         reads.clear()
         _produced(instance, "b30", 100, {"0": [300, 309]})
         second = _tick(instance, first.cursor)
         assert sum(reads) == 1 and "600 untrained tokens" in second.skip_reason.skip_message
-        assert len(BacklogState.from_cursor(second.cursor).pending) == 6
+        assert len(TriggerCursor.from_cursor(second.cursor).backlog.pending) == 6
 
 
 def test_a_checkpoint_behind_the_pruned_position_counts_every_batch_again(monkeypatch):
@@ -130,7 +131,7 @@ def test_a_checkpoint_behind_the_pruned_position_counts_every_batch_again(monkey
             _produced(instance, f"b{i}", 100, {"0": [10 * i, 10 * i + 9]})
         _checkpoint(instance, {"0": {"offset": 40, "block": 0}})
         cursor = _tick(instance).cursor
-        assert BacklogState.from_cursor(cursor).pending == {}
+        assert TriggerCursor.from_cursor(cursor).backlog.pending == {}
         _checkpoint(instance, {"0": {"offset": 15, "block": 0}})
         assert "250 untrained tokens" in _tick(instance, cursor).skip_reason.skip_message
 
@@ -163,7 +164,7 @@ def test_the_carried_backlog_equals_the_one_counted_from_every_materialization(m
                 _checkpoint(instance, {p: {"offset": o, "block": 0} for p, o in position.items()})
             result = _tick(instance, cursor)
             cursor = result.cursor
-            carried = BacklogState.from_cursor(cursor)
+            carried = TriggerCursor.from_cursor(cursor).backlog
             full = untrained_backlog(instance)
             assert f"{full.tokens} untrained tokens" in result.skip_reason.skip_message, (
                 step,
@@ -194,3 +195,11 @@ def test_a_training_run_lists_the_untrained_batches_of_its_topic_from_the_previo
         _checkpoint(instance, {"0": {"offset": 190, "block": 0}})
         assert untrained_topic_batches(instance, "token-blocks") == {"b19": {"0": [190, 199]}}
         assert sum(reads) == 1  # the one materialization since the previous run's count
+
+
+def test_a_cursor_of_the_earlier_format_keeps_its_backlog_and_a_garbled_one_starts_over():
+    earlier = BacklogState(after=7, checkpoint_id=3, pending={"b1": [7, 100, None, None]}).to_cursor()
+    state = TriggerCursor.from_cursor(earlier)
+    assert state.backlog.after == 7 and state.backlog.pending == {"b1": [7, 100, None, None]} and state.failures == 0
+    assert TriggerCursor.from_cursor(state.to_cursor()) == state
+    assert TriggerCursor.from_cursor("{not json") == TriggerCursor()

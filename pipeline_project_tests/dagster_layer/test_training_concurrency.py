@@ -106,6 +106,7 @@ def _tick(instance):
 )
 def test_the_trigger_requests_no_training_while_one_is_queued_or_running(events, monkeypatch):
     monkeypatch.setenv("PIPELINE_MIN_NEW_TOKENS", "1000")
+    monkeypatch.setenv("PIPELINE_TRIGGER_RETRY_BASE_S", "0")  # no backoff after the failure (test_trigger_outcomes)
     with dg.instance_for_test() as instance:
         _enough_untrained_tokens(instance)
         busy = _run(instance, tags=TRAINING_RUN_TAGS, events=events)
