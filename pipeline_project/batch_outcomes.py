@@ -35,6 +35,8 @@ def _failure(instance, run_id: str) -> tuple[str, str]:
         if events:
             event = events[-1].dagster_event
             error = getattr(event.event_specific_data, "error", None)
+            while error is not None and error.cause is not None:  # "Exceeded max_retries" wraps the error itself
+                error = error.cause
             message = (error.message if error is not None else event.message) or ""
             return event.step_key or "", (message.strip().splitlines() or [""])[0]
     return "", ""

@@ -1,0 +1,60 @@
+"""A batch that fails for good is listed with its error and objects (`pipeline-project batches --failed`)."""
+
+import json
+
+import dagster as dg
+import pytest
+from typer.testing import CliRunner
+
+from pipeline_project import batches_cli
+from pipeline_project.assets.cleaned import cleaned_shards
+from pipeline_project.assets.raw import raw_text
+from pipeline_project.batch_outcomes import batch_outcomes
+from pipeline_project.cli import app
+from pipeline_project.definitions import defs
+from pipeline_project.ingest import read_manifest
+from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project_tests.dagster_layer.test_unreadable_objects import FaultyS3Resource
+
+pytestmark = pytest.mark.stack
+
+
+def _batch(instance, resources, s3, layout, names) -> str:
+    for name in names:
+        s3.put_object(Bucket=layout.bucket, Key=layout.raw_prefix + name, Body=f"text of {name} " * 30)
+    sensor_res = {k: resources[k] for k in ("s3", "layout")}
+    cursor = None
+    with dg.build_sensor_context(instance=instance, resources=sensor_res, definitions=defs, cursor=cursor) as ctx:
+        batch = raw_s3_sensor(ctx).run_requests[0].partition_key
+    instance.add_dynamic_partitions("batches", [batch])
+    return batch
+
+
+def test_a_batch_that_fails_for_good_is_listed_with_its_error_and_objects(instance, resources, layout, s3, monkeypatch):
+    names = ["a.txt", "b.txt", "c.txt"]
+    batch = _batch(instance, resources, s3, layout, names)
+    monkeypatch.setattr(dg.RetryPolicy, "calculate_delay", lambda *a: 0)  # the step's 5 retries, without the waits
+    faulty = FaultyS3Resource(**resources["s3"].model_dump(), faults={layout.raw_prefix + "b.txt": "SlowDown"})
+    result = dg.materialize(
+        [raw_text, cleaned_shards],
+        resources={**resources, "s3": faulty},
+        partition_key=batch,
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success  # throttled past its retries: transient errors still fail the batch
+
+    rows = batch_outcomes(instance, lambda b: read_manifest(s3, layout.bucket, b), failed_only=True)
+    assert [(r.batch, r.status, r.step) for r in rows] == [(batch, "failed", "cleaned_shards")]
+    assert "SlowDown" in rows[0].error
+    assert sorted(rows[0].objects) == sorted(layout.raw_prefix + n for n in names)
+
+    monkeypatch.setattr(batches_cli, "_instance", lambda home: instance)
+    monkeypatch.setattr(instance, "__exit__", lambda *a: None)
+    out = CliRunner().invoke(app, ["batches", "--failed", "--json"])
+    assert out.exit_code == 0, out.output
+    listed = [json.loads(line) for line in out.output.splitlines()]
+    assert [(r["batch"], r["status"]) for r in listed] == [(batch, "failed")]
+    assert sorted(listed[0]["objects"]) == sorted(layout.raw_prefix + n for n in names)
+    human = CliRunner().invoke(app, ["batches"])
+    assert batch in human.output and "failed" in human.output and "SlowDown" in human.output
