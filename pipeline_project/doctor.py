@@ -75,7 +75,7 @@ def check_kafka(
 def _topic_checks(admin: Any, meta: Any, layout: TopicExpectation, timeout_s: float) -> list[Check]:
     from confluent_kafka.admin import ConfigResource
 
-    from pipeline_project.streaming.topics import MESSAGE_BYTES_KEY, config_mismatches
+    from pipeline_project.streaming.topics import MESSAGE_BYTES_KEY, config_mismatches, partitions_ok
 
     name = layout.topic
     topic = meta.topics.get(name)
@@ -83,14 +83,15 @@ def _topic_checks(admin: Any, meta: Any, layout: TopicExpectation, timeout_s: fl
         return [Check("kafka.topic", True, f"{name}: not created yet (the first token_blocks materialization does)")]
     partitions = len(topic.partitions)
     replicas = min((len(p.replicas) for p in topic.partitions.values()), default=0)
-    layout_ok = partitions == layout.topic_partitions and replicas == layout.replication_factor
+    layout_ok = partitions_ok(partitions, layout.topic_partitions) and replicas == layout.replication_factor
     checks = [
         Check(
             "kafka.topic",
             layout_ok,
             f"{name}: {partitions} partitions, replication factor {replicas} "
-            f"(expected {layout.topic_partitions} x {layout.replication_factor})",
-            "a topic's layout cannot change in place: use another PIPELINE_TOPIC, or recreate it",
+            f"(expected at least {layout.topic_partitions} partitions, replication factor {layout.replication_factor})",
+            f"partitions can only grow (kafka-topics --alter --topic {name} --partitions {layout.topic_partitions}); "
+            "another replication factor needs a partition reassignment, or another PIPELINE_TOPIC",
         )
     ]
     try:

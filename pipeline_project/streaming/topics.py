@@ -13,7 +13,8 @@ does not touch the data. A LONGER retention keeps more data than asked and is on
 `message_bytes`, when given, is the largest message the caller will write: an existing topic whose
 `max.message.bytes` is below it (with room for headers and batch overhead) is a mismatch too, instead
 of a broker error in the middle of a batch. `config_mismatches` is the one rule set, shared with the
-doctor.
+doctor, and so is `partitions_ok`: a topic may have grown past its configured partition count, never fall
+short of it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def config_mismatches(
     return diffs
 
 
+def partitions_ok(actual: int, configured: int) -> bool:
+    """A topic may have more partitions than configured (it grew), never fewer."""
+    return actual >= configured
+
+
 @dataclass(frozen=True)
 class TopicLayout:
     """What `ensure_topic` found (or made): the topic's layout, and whether this call created it."""
@@ -92,8 +98,10 @@ def ensure_topic(
 ) -> TopicLayout:
     """Create `name` with this layout, or verify that the existing topic has it.
 
-    A mismatch in partitions, replication factor, min.insync.replicas or any given config value
-    raises TopicLayoutMismatchError listing expected vs actual; for retention, only a shorter one
+    Fewer partitions than `partitions`, or a mismatch in replication factor, min.insync.replicas or any
+    given config value raises TopicLayoutMismatchError listing expected vs actual. More partitions are
+    accepted: a topic grown with `kafka-topics --alter --partitions` (the loader reads new partitions from
+    offset 0, `stripes.py`); for retention, only a shorter one
     does (see the module docstring). `retention_ms` / `retention_bytes` None leave retention to the
     broker and unchecked (compacted topics); values in `config` win over them.
     """
@@ -117,8 +125,10 @@ def ensure_topic(
     actual_cfg = _describe_topic_config(admin, name, timeout_s)
 
     diffs = []
-    if actual_partitions != partitions:
-        diffs.append(f"partitions expected {partitions}, actual {actual_partitions}")
+    if not partitions_ok(actual_partitions, partitions):
+        diffs.append(f"partitions expected at least {partitions}, actual {actual_partitions}")
+    elif actual_partitions > partitions:
+        log.info("topic %r has grown to %d partitions (configured %d): accepted", name, actual_partitions, partitions)
     if actual_rf != replication_factor:
         diffs.append(f"replication_factor expected {replication_factor}, actual {actual_rf}")
     for key in RETENTION_KEYS:

@@ -64,6 +64,18 @@ def recreate_topic(settings: KafkaSettings, topic: str, timeout_s: float = 60.0,
             time.sleep(0.5)
 
 
+def grow_topic(settings: KafkaSettings, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
+    """Add partitions to `topic` (AdminClient.create_partitions) and wait until metadata shows them."""
+    from confluent_kafka.admin import NewPartitions
+
+    admin = settings.make_admin()
+    admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while len(admin.list_topics(topic=topic, timeout=10).topics[topic].partitions) < partitions:
+        assert time.monotonic() < deadline, f"{topic} does not show {partitions} partitions"
+        time.sleep(0.2)
+
+
 def last_stable_offsets(settings: KafkaSettings, topic: str, partitions) -> dict[int, int]:
     from confluent_kafka import IsolationLevel
     from confluent_kafka.admin import OffsetSpec

@@ -49,7 +49,7 @@ def test_ensure_topic_mismatch_is_a_one_line_error(stack):
     msg = str(ei.value)
     assert "\n" not in msg
     assert name in msg
-    assert "partitions expected 8, actual 4" in msg
+    assert "partitions expected at least 8, actual 4" in msg
     assert "min.insync.replicas expected 1, actual 2" in msg
     assert "cleanup.policy expected compact, actual delete" in msg
 
