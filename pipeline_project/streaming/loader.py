@@ -35,8 +35,9 @@ Behaviour worth knowing:
   raises DataLossError unless `allow_data_loss` (counted in `metrics()["data_loss_offsets"]`,
   records in `loader.data_loss`): see `preflight.py`.
 * A malformed message is skipped into a dead letter (`dead_letters.py`): the cursor moves past it,
-  `loader.dead_letters` records it and `metrics()["dead_letters"]` counts it; more than
-  `max_dead_letters` raise DeadLetterLimitError.
+  `loader.dead_letters` records it, `metrics()["dead_letters"]` counts it and it is produced to
+  `<topic>.dlq` by default. The state carries the training lineage's count, so more than
+  `max_dead_letters` over the lineage (across resumes) raise DeadLetterLimitError.
 * Failures: an unreadable topic raises TopicMissingError (a ValueError) when the loader is built;
   a bounded partition without data for `idle_timeout_s` before its end offset raises
   ReadTimeoutError (a TimeoutError) from `__next__` once the batches before it are delivered.
@@ -56,8 +57,8 @@ from confluent_kafka.admin import OffsetSpec
 
 from pipeline_project.streaming.assembler import BatchAssembler, End
 from pipeline_project.streaming.assignment import partitions_for_rank
-from pipeline_project.streaming.dead_letters import DeadLetter, DeadLetterSink
-from pipeline_project.streaming.errors import MalformedMessageError, StateError
+from pipeline_project.streaming.dead_letters import LINEAGE_STATE_KEY, DeadLetter, DeadLetterSink, LineageBudget
+from pipeline_project.streaming.errors import DeadLetterLimitError, MalformedMessageError, StateError
 from pipeline_project.streaming.loader_config import LoaderConfig, dead_letter_topic_for
 from pipeline_project.streaming.partition_reader import PartitionReader
 from pipeline_project.streaming.preflight import (
@@ -163,7 +164,8 @@ class KafkaBlockLoader:
         if cfg.dead_letter_topic:
             self._dead_letter_sink = DeadLetterSink(
                 cfg.kafka, cfg.dead_letter_topic, source_topic=cfg.topic, timeout_s=cfg.metadata_timeout_s
-            )
+            )  # creates the topic with the first dead letter
+        self._lineage = LineageBudget(cfg.max_dead_letters, cfg.rank)
         self._finished = False
         self.trace: list[tuple[int, int, int]] = []
 
@@ -201,6 +203,8 @@ class KafkaBlockLoader:
         if isinstance(item, BaseException):
             self._finished = True
             self._join()
+            if isinstance(item, DeadLetterLimitError):
+                self._lineage.explain(item)
             raise item
         self._delivered_state = item.state
         self._account(item)
@@ -217,6 +221,7 @@ class KafkaBlockLoader:
         """Position after the last batch returned by `__next__` (prefetched batches are not counted)."""
         state = dict(self._delivered_state)
         state["partitions"] = {k: dict(v) for k, v in state["partitions"].items()}
+        state[LINEAGE_STATE_KEY] = self._lineage.carry(len(self.dead_letters))
         return state
 
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
@@ -226,6 +231,7 @@ class KafkaBlockLoader:
         per-partition cursors are taken and the interleave restarts from the seed.
         """
         cfg = self.cfg
+        self._lineage.load(state, len(self.dead_letters))
         state = rank_state(state, cfg.rank, cfg.world_size, merge_states)
         cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
         missing = [p for p in self.partitions if p not in cursors]
@@ -271,6 +277,7 @@ class KafkaBlockLoader:
             "tokens_delivered": self.blocks_delivered * self.cfg.seq_len - self._pad_delivered,
             "pad_tokens_delivered": self._pad_delivered,
             "dead_letters": len(self.dead_letters),
+            "dead_letters_lineage": self._lineage.lineage(len(self.dead_letters)),
             "data_loss_offsets": sum(s.offsets for s in self.data_loss),
         }
 
@@ -346,7 +353,7 @@ class KafkaBlockLoader:
             r.open({p: self._cursors[p].offset for p in r.partitions if p in live})
         self._thread = threading.Thread(
             target=self._run,
-            args=(dict(self._cursors), self._current, live, self.cfg.max_dead_letters - len(self.dead_letters)),
+            args=(dict(self._cursors), self._current, live, self._lineage.remaining(len(self.dead_letters))),
             daemon=True,
             name="kafka-block-prefetch",
         )

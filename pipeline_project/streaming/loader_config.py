@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -21,7 +21,8 @@ def dead_letter_topic_for(topic: str) -> str:
 class LoaderConfig(BaseModel):
     """Everything the loader needs; rank and world_size default to torchrun's (`settings.DistEnv`).
 
-    Version 2: malformed messages are skipped into dead letters (up to `max_dead_letters`), saved
+    Version 2: malformed messages are skipped into dead letters (up to `max_dead_letters` per training lineage,
+    produced to `<topic>.dlq` unless `dead_letter_topic` says otherwise), saved
     cursors are checked against the topic id and the log start offsets (`allow_data_loss`).
     """
 
@@ -56,14 +57,22 @@ class LoaderConfig(BaseModel):
     # DataLossError; True skips to the log start instead, with a warning, counted in metrics()["data_loss_offsets"]
     allow_data_loss: bool = False
     # malformed messages are skipped and recorded (loader.dead_letters, metrics()["dead_letters"]); more than this
-    # many in one loader raise DeadLetterLimitError (a wrong tokenizer or seq_len makes every message malformed)
+    # many in the training lineage (carried in the loader state, so across resumes: dead_letters.LineageBudget)
+    # raise DeadLetterLimitError (a wrong tokenizer or seq_len makes every message malformed)
     max_dead_letters: int = Field(default=100, ge=0)
-    # also produce each dead letter (original value and headers, plus dlq.* headers) to this topic, e.g.
-    # dead_letter_topic_for(topic); it is created compacted, keyed by topic/partition/offset
+    # also produce each dead letter (original value and headers, plus dlq.* headers) to this topic, created
+    # compacted on the first one, keyed by topic/partition/offset. Unset: dead_letter_topic_for(topic); None: none
     dead_letter_topic: str | None = None
     # draw blocks by domain (their `domain` header) at these proportions (`mixture.py`, `mixture_loader.py`);
     # None: every block in the interleave order, exactly as without domains
     mixture: MixtureConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_dead_letter_topic(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "dead_letter_topic" not in data:
+            return {**data, "dead_letter_topic": dead_letter_topic_for(data.get("topic") or DEFAULT_TOPIC)}
+        return data
 
     @model_validator(mode="after")
     def _rank_in_world(self) -> LoaderConfig:

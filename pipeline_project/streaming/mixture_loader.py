@@ -241,6 +241,7 @@ class MixtureBlockLoader(KafkaBlockLoader):
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Seek every domain stream to its saved position; see the module docstring for what may change."""
         cfg = self.cfg
+        self._lineage.load(state, len(self.dead_letters))
         state = rank_state(state, cfg.rank, cfg.world_size, merge_mixture_states)
         low_cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
         missing = [p for p in self.partitions if p not in low_cursors]
@@ -284,7 +285,7 @@ class MixtureBlockLoader(KafkaBlockLoader):
             s.live = self._live(s.cursors)
             for r in s.readers:
                 r.open({p: s.cursors[p].offset for p in r.partitions if p in s.live})
-        budget = self.cfg.max_dead_letters - len(self.dead_letters)
+        budget = self._lineage.remaining(len(self.dead_letters))
         self._thread = threading.Thread(target=self._run_mixture, args=(budget,), daemon=True,
                                         name="kafka-mixture-prefetch")  # fmt: skip
         self._thread.start()
