@@ -19,7 +19,8 @@ Guarantees, and the failures they survive:
   re-tokenize the input, skip the committed block prefix (checked against its hash: `staging`) and
   continue with the next chunk, whose message boundaries and partitions are the ones an
   uninterrupted run has. Another fingerprint, or another topic id (the data topic was deleted and
-  recreated under a kept ledger), raises LedgerConflictError.
+  recreated under a kept ledger), a progress record of another transactional id, or content retired
+  from the key raises LedgerConflictError (`ledger_checks`); `ledger_retire` is the way out.
 * An interrupted batch leaves its committed chunks visible to readers: unique, whole blocks that the
   retry does not repeat. Only the completion record reports the batch (and `reused=True`).
 * Visible on return: `produce_blocks` returns once the last stable offset of every partition written
