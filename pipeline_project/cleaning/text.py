@@ -74,6 +74,26 @@ _EXCEPTIONS = frozenset(
 )
 
 
+_LONGEST_EXCEPTION = max(map(len, _EXCEPTIONS))
+
+
+def _suffix(chunk: str, start: int, end: int):
+    """`_SUFFIX.search(chunk[start:end])`, as (start, end, text) in `chunk`, looking at the end only.
+
+    Every suffix is at most 3 characters, or a run of "." or of "…" (`_PUNCT`), so no match starts before the
+    last 3 characters or that run; the 2 characters before that are the lookbehinds' context. Searching there
+    keeps a chunk of a million punctuation marks linear (each search of the whole chunk made it quadratic)."""
+    w = end - 3
+    last = chunk[end - 1]
+    if last in ".…":  # a run of two or more is a suffix: it is cut off now, so each run is walked once
+        w = min(w, end - 1)
+        while w > start and chunk[w - 1] == last:
+            w -= 1
+    base = max(start, w - 2)
+    m = _SUFFIX.search(chunk[base:end])
+    return None if m is None else (base + m.start(), base + m.end(), m.group(0))
+
+
 def _split_chunk(chunk: str, out: list[str]) -> None:
     if chunk.isalnum() or chunk in _EXCEPTIONS:
         if chunk.lower() == "cannot":
@@ -82,26 +102,39 @@ def _split_chunk(chunk: str, out: list[str]) -> None:
             out.append(chunk)
         return
     suffixes: list[str] = []
-    while chunk and chunk not in _EXCEPTIONS:
-        if "://" in chunk or chunk.startswith("www."):
+    start, end = 0, len(chunk)
+    url = chunk.find("://")  # the first "://" at or after `start` (a URL is not split)
+
+    def exception() -> bool:
+        return end - start <= _LONGEST_EXCEPTION and chunk[start:end] in _EXCEPTIONS
+
+    def is_url() -> bool:
+        nonlocal url
+        if 0 <= url < start:
+            url = chunk.find("://", start)
+        return 0 <= url <= end - 3 or chunk.startswith("www.", start, end)
+
+    while start < end and not exception():
+        if is_url():
             break
         changed = False
-        m = _PREFIX.match(chunk)
+        m = _PREFIX.match(chunk, start, end)
         if m:
             out.append(m.group(0))
-            chunk = chunk[m.end() :]
+            start = m.end()
             changed = True
-        if chunk and chunk not in _EXCEPTIONS:
-            m = _SUFFIX.search(chunk)
-            if m and m.start() > 0:
-                suffixes.append(m.group(0))
-                chunk = chunk[: m.start()]
+        if start < end and not exception():
+            found = _suffix(chunk, start, end)
+            if found and found[0] > start:
+                suffixes.append(found[2])
+                end = found[0]
                 changed = True
-            elif m:  # the whole rest is one punctuation token
-                out.append(chunk)
-                chunk = ""
+            elif found:  # the whole rest is one punctuation token
+                out.append(chunk[start:end])
+                start = end
         if not changed:
             break
+    chunk = chunk[start:end]
     if chunk:
         if chunk in _EXCEPTIONS or "://" in chunk or chunk.startswith("www."):
             out.append(chunk)

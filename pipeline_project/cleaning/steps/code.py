@@ -59,9 +59,25 @@ _GENERATED_MARKERS: list[tuple[frozenset[str], int, str]] = [
 ]
 _DART_GENERATED = re.compile(r"generated code\W{2,3}do not modify")
 
-_SCRIPT_STYLE = re.compile(r"<(script|style)\b[^>]*>.*?</\1\s*>", re.I | re.S)
-_TAG = re.compile(r"<[^>]*>")
 _WS = re.compile(r"\s+")
+
+
+def visible_text(html: str) -> str:
+    """The text a browser shows of `html` (no tags, scripts, styles or comments), whitespace collapsed.
+
+    Parsed by libxml2 (lxml), in time linear in the input: an unclosed `<script>` hides the rest of the page,
+    as in a browser. A page libxml2 cannot parse at all shows nothing."""
+    from lxml import etree
+
+    parser = etree.HTMLParser(huge_tree=True, remove_comments=True, remove_pis=True, encoding="utf-8")
+    try:
+        root = etree.fromstring(html.encode("utf-8", errors="replace"), parser)
+    except (etree.LxmlError, ValueError):
+        return ""
+    if root is None:
+        return ""
+    etree.strip_elements(root, "script", "style", with_tail=False)
+    return _WS.sub(" ", " ".join(root.itertext())).strip()
 
 
 def code_path(fields: dict, path_fields: tuple[str, ...]) -> str:
@@ -160,7 +176,7 @@ class CodeQuality(DocFilter):
         if cfg.xml_header and lang != "xslt" and "<?xml version=" in text[:100]:
             return "xml_file"
         if lang == "html":
-            visible = _WS.sub(" ", _TAG.sub(" ", _SCRIPT_STYLE.sub(" ", text))).strip()
+            visible = visible_text(text)
             if len(visible) < cfg.html_min_visible_chars or len(visible) < cfg.html_min_visible_fraction * len(text):
                 return "html_visible_text"
         if lang == "text":
@@ -170,13 +186,29 @@ class CodeQuality(DocFilter):
         return None
 
 
+class _Delimited:
+    r"""What `begin[\s\S]*?end` matches, in one pass: such a lazy regex rescans the rest of the text from every
+    `begin` that has no `end` after it (quadratic in a text of many unclosed `begin`s); here the first `begin`
+    without an `end` ends the search, since no later one has an `end` either."""
+
+    def __init__(self, begin: str, end: str):
+        self.begin, self.end = re.compile(begin), re.compile(end)
+
+    def sub(self, repl, text: str) -> str:
+        parts, pos = [], 0
+        while (b := self.begin.search(text, pos)) is not None and (e := self.end.search(text, b.end())):
+            parts += [text[pos : b.start()], repl(b)]
+            pos = e.end()
+        return "".join([*parts, text[pos:]])
+
+
 # secrets: (kind, literals one of which a match contains, pattern); a pattern only runs on a text holding
 # one of its literals (a substring test is far cheaper than a regex scan)
-_SECRETS: list[tuple[str, tuple[str, ...], re.Pattern]] = [
+_SECRETS: list[tuple[str, tuple[str, ...], re.Pattern | _Delimited]] = [
     (
         "private_key",
         ("PRIVATE KEY-----",),
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
+        _Delimited(r"-----BEGIN [A-Z ]*PRIVATE KEY-----", r"-----END [A-Z ]*PRIVATE KEY-----"),
     ),
     ("aws_access_key", ("AKIA", "ASIA"), re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
     (
@@ -193,7 +225,13 @@ _SECRETS: list[tuple[str, tuple[str, ...], re.Pattern]] = [
 # a quoted value assigned to a secret-looking name (`api_key = "..."`, `"password": "..."`); matched on the
 # lower-cased text, which has the text's length when lower-casing keeps it (else case-insensitively)
 _KEY_NAMES = r"password|passwd|pwd|secret|api_?key|access_?key|auth_?token|access_?token|private_?key|client_?secret"
-_ASSIGNED_SRC = r"(?:" + _KEY_NAMES + r")[\w-]*['\"]?[ \t]*(?::=|=>|=|:)[ \t]*(?P<q>['\"])(?P<secret>[^'\"\s]+)(?P=q)"
+# One try per run of name characters, the run's first name found atomically and the run taken whole (possessive):
+# `(?:names)[\w-]*` alone tries again from every name in the run and walks the run each time (quadratic in
+# "passwordpassword..."). It matches the same assignments: the run always ends before the `=` or `:`.
+_ASSIGNED_SRC = (
+    r"(?<![\w-])(?>[\w-]*?(?:" + _KEY_NAMES + r"))[\w-]*+['\"]?[ \t]*(?::=|=>|=|:)[ \t]*"
+    r"(?P<q>['\"])(?P<secret>[^'\"\s]+)(?P=q)"
+)
 _ASSIGNED_LOWER = re.compile(_ASSIGNED_SRC)
 _ASSIGNED = re.compile(_ASSIGNED_SRC, re.I)
 _KEY_HINTS = ("passw", "pwd", "secret", "key", "token")
