@@ -3,7 +3,8 @@
 A batch partly produced (or produced) with content A whose input now cleans to content B is stuck: the producer
 refuses to mix B into A's blocks. The two ways out are to resume (clean back to A, and `token_blocks` finishes
 it) or to retire A. `retire_entry` is one Kafka transaction on the ledger, under the batch's own transactional id
-(so `init_transactions` first fences any producer of the batch still running and aborts its open transaction):
+(so `init_transactions` first fences any producer of the batch still running and aborts its open transaction;
+so does the transactional id the entry records, when another prefix wrote it):
 
 * tombstones for the key's completion and progress records, so the key reads as never produced;
 * the audit log `<key>#retired` (`retirements`), extended by the retired record with reason, operator and time.
@@ -23,7 +24,9 @@ import socket
 from dataclasses import asdict
 from typing import Any
 
-from pipeline_project.streaming.errors import StreamingError
+from confluent_kafka import KafkaException
+
+from pipeline_project.streaming.errors import ReadTimeoutError, StreamingError, VisibilityTimeoutError
 from pipeline_project.streaming.kafka_client import DeliveryTracker, KafkaSettings, flush_or_raise
 from pipeline_project.streaming.ledger import (
     LedgerRecords,
@@ -64,8 +67,11 @@ def retire_entry(
     """Retire the completion and/or progress record of `ledger_key`; returns the retirements written."""
     if not reason.strip():
         raise ValueError("a retirement needs a reason (it is kept in the ledger's audit record)")
-    producer = settings.make_transactional_producer(transactional_id_for(settings, topic, ledger_key))
+    txid = transactional_id_for(settings, topic, ledger_key)
+    producer = settings.make_transactional_producer(txid)
     records = read_ledger_records(settings, topic, timeout_s, keys=[ledger_key], index=index)
+    if _fence_recorded_writers(settings, records, ledger_key, txid):  # written under another prefix
+        records = read_ledger_records(settings, topic, timeout_s, keys=[ledger_key], index=index)
     operator = operator or default_operator()
     done = []
     if ledger_key in records.completed:
@@ -88,15 +94,31 @@ def retire_entry(
         flush_or_raise(producer, tracker, timeout_s)
         producer.commit_transaction(timeout_s)
     except BaseException:
-        producer.abort_transaction(timeout_s)
+        try:
+            producer.abort_transaction(timeout_s)
+        except KafkaException as exc:  # fenced: the broker aborts it
+            log.warning("abort of the retirement transaction of %s failed: %s", ledger_key, exc)
         raise
     last = {(t, p): hi for (t, p), (_lo, hi) in tracker.offsets.items()}
-    wait_until_visible(settings.make_admin(), last, timeout_s)
-    read_ledger_records(settings, topic, timeout_s, keys=[ledger_key], index=index)  # the index takes the commit
+    try:  # the index takes the commit now; failing that, at the next read (Kafka is the truth)
+        wait_until_visible(settings.make_admin(), last, timeout_s)
+        read_ledger_records(settings, topic, timeout_s, keys=[ledger_key], index=index)
+    except (ReadTimeoutError, VisibilityTimeoutError) as exc:
+        log.warning("retired %s, but the ledger index is not updated yet: %s", ledger_key, exc)
     for r in done:
         log.warning("retired the %s entry of %s in %s (content %s, %d blocks at %s stay in the topic): %s", r.kind,
                     ledger_key, ledger, r.content_hash, r.blocks, r.offsets, reason)  # fmt: skip
     return done
+
+
+def _fence_recorded_writers(settings: KafkaSettings, records: LedgerRecords, ledger_key: str, txid: str) -> bool:
+    """Fence the transactional ids the key's records were written under, when not this one (another
+    transactional_id_prefix): their open transactions end, so a second read is final. True when there were any."""
+    entries = (records.completed.get(ledger_key), records.progress.get(ledger_key))
+    others = {e.transactional_id for e in entries if e is not None and e.transactional_id} - {txid}
+    for other in sorted(others):
+        settings.make_transactional_producer(other)
+    return bool(others)
 
 
 def _as_json(record: Any) -> dict[str, Any]:

@@ -148,3 +148,27 @@ def test_a_cache_that_missed_the_retirement_tombstones_still_decides_as_the_ledg
         "progress", {"content_hash": "h-A", "topic_id": "older", "blocks": 9}, "r", "op")]})  # fmt: skip
     other_topic.drop_retired()
     assert "b1" in other_topic.progress  # a retirement in a deleted incarnation of the topic retires nothing here
+
+
+@pytest.mark.stack
+def test_retiring_fences_the_transactional_id_the_entry_was_written_under(stack):
+    """The operator's retire runs with the default prefix; the batch was produced under another one, whose zombie
+    still holds an open transaction: retiring fences it too, so it cannot commit after the retirement."""
+    from confluent_kafka import KafkaException
+
+    from pipeline_project.streaming.producer import transactional_id_for
+
+    s, other = kafka_settings(stack), kafka_settings(stack, transactional_id_prefix="elsewhere")
+    topic = unique_topic("fence")
+    ensure_topic(s.make_admin(), topic)
+    progress = _partly_produced(other, topic)
+    zombie = other.make_transactional_producer(transactional_id_for(other, topic, "b1"))
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=0)
+    zombie.flush(10)
+    (retired,) = retire_entry(s, topic, "b1", "moved to another prefix", operator="tester")
+    assert retired.record["transactional_id"] == "elsewhere." + topic + ".b1"
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(10)
+    values = [m.value() for m in consume_all(s, topic)]
+    assert b"zombie" not in values and len(values) == progress.messages
