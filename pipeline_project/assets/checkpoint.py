@@ -155,19 +155,28 @@ def loss_is_finite(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResul
 @dg.asset_check(
     asset=deepseek_checkpoint,
     blocking=True,
-    description="The checkpoint in S3 reloads with AutoModelForCausalLM and generates tokens.",
+    description="The checkpoint in S3 reloads with AutoModelForCausalLM and generates tokens. Its URI must be a step "
+    "folder of the trainer's own lineage, and every key must land inside the check's temp dir, else it fails.",
 )
-def checkpoint_reloads(context: dg.AssetCheckExecutionContext, s3: S3Resource) -> dg.AssetCheckResult:
+def checkpoint_reloads(
+    context: dg.AssetCheckExecutionContext, s3: S3Resource, layout: PipelineLayout, trainer: TrainerResource
+) -> dg.AssetCheckResult:
     import tempfile
 
+    from pipeline_project.training.checkpoint_ref import check_step_uri
+    from pipeline_project.training.errors import InvalidCheckpointError
     from pipeline_project.training.verify import reload_and_generate
 
     meta = latest_materialization_metadata(context.instance, deepseek_checkpoint.key)
     uri = meta.get("checkpoint_uri")
     if not uri:
         return dg.AssetCheckResult(passed=meta.get("steps", 0) == 0, metadata={"reason": "no checkpoint written"})
-    with tempfile.TemporaryDirectory() as tmp:
-        generated = reload_and_generate(s3.get_client(), uri, tmp, new_tokens=4)
+    try:  # this process holds every secret: follow no URI and write no key outside the lineage and the temp dir
+        check_step_uri(uri, layout.bucket, f"{layout.checkpoints_prefix}{trainer.run_name}")
+        with tempfile.TemporaryDirectory() as tmp:
+            generated = reload_and_generate(s3.get_client(), uri, tmp, new_tokens=4)
+    except InvalidCheckpointError as exc:
+        return dg.AssetCheckResult(passed=False, metadata={"checkpoint_uri": str(uri), "error": str(exc)})
     return dg.AssetCheckResult(
         passed=len(generated) == 4, metadata={"checkpoint_uri": uri, "generated_token_ids": generated}
     )

@@ -3,8 +3,9 @@
 Contract (every rank of a `torchrun` job calls `run_job`; rank 0 alone writes to S3, MLflow and Dagster):
 
 1. continues from the checkpoint that `latest.json` under `job.checkpoint_prefix` points at, if any: the
-   weights, optimizer, RNG and the Kafka position of every rank. A checkpoint trained with another
-   tokenizer raises `CheckpointMismatchError` before any step;
+   weights, optimizer, RNG and the Kafka position of every rank. Rank 0 reads and validates `latest.json`
+   once and hands that reference to every rank; each node's local rank 0 downloads it into the node's own
+   scratch directory. A checkpoint trained with another tokenizer raises `CheckpointMismatchError` before any step;
 2. reads only the token blocks that are new since that position (bounded mode: up to the topic's end
    at start). A fetched batch that was not trained on is not consumed;
 3. logs to MLflow when `job.mlflow_tracking_uri` is set: one run per invocation, created at the first
@@ -26,7 +27,6 @@ No new blocks -> status "nothing_new": no MLflow run and no checkpoint.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,12 +139,7 @@ def _open_invocation(
 ) -> _Invocation:
     s3 = s3_client(job.settings())
     tokenizer = load_tokenizer(job.tokenizer)
-    # rank 0 picks the scratch dir; every rank of this (single-node) job reads the same files
-    work_dir = Path(
-        distributed.all_gather_objects(
-            job.work_dir or (tempfile.mkdtemp(prefix="trainer-") if dist_info.is_main else None)
-        )[0]
-    )
+    work_dir = distributed.node_scratch_dir(job.work_dir, dist_info)  # the ranks of a node share their node's
     work_dir.mkdir(parents=True, exist_ok=True)
     return _Invocation(job, dist_info, device, report, s3, tokenizer, work_dir)
 
@@ -152,15 +147,19 @@ def _open_invocation(
 def _open_resume_point(inv: _Invocation) -> _ResumePoint:
     """The latest checkpoint's model, optimizer, RNG and data position, or a fresh model when there is none."""
     job = inv.job
-    # rank 0 alone writes latest.json, so its read is the one the conditional write compares against
-    inv.lineage.pointer = read_latest(inv.s3, job.bucket, job.checkpoint_prefix)
+    # read once, on rank 0: every rank continues from the same checkpoint, and rank 0 (which alone writes
+    # latest.json) compares its conditional write against this very read
+    inv.lineage.pointer = distributed.run_on_main(lambda: read_latest(inv.s3, job.bucket, job.checkpoint_prefix))
     previous = inv.lineage.pointer.ref
     resume_dir = None
     if previous is not None:
-        resume_dir = inv.work_dir / f"resume-step-{previous.step}"
-        if inv.dist.local_rank == 0:  # once per node: the ranks of a node share its scratch dir
-            download_prefix(inv.s3, job.bucket, previous.uri.removeprefix(f"s3://{job.bucket}/"), resume_dir)
-        distributed.barrier()
+        # the node's own name in it, so nodes that share a job.work_dir volume never write the same files
+        resume_dir = inv.work_dir / f"resume-step-{previous.step}-rank{distributed.node_leader(inv.dist)}"
+        step_prefix = previous.uri.removeprefix(f"s3://{job.bucket}/")
+        # once per node, by its local rank 0; a failure there stops every rank
+        distributed.all_succeed(
+            (lambda: download_prefix(inv.s3, job.bucket, step_prefix, resume_dir)) if inv.dist.local_rank == 0 else None
+        )
         inv.report.info(f"continuing from {previous.uri} (step {previous.step})")
     state = build_training_state(inv.cfg, inv.tokenizer.vocab_size, inv.device, checkpoint_dir=resume_dir)
     saved_hash = state.meta.get("tokenizer_hash")
@@ -343,5 +342,6 @@ def _result(
 
 
 def _remove_scratch(inv: _Invocation) -> None:
-    if inv.dist.is_main and not inv.job.work_dir:
+    """Each node's local rank 0 removes the node's temp dir (its ranks read from it only before training)."""
+    if inv.dist.local_rank == 0 and not inv.job.work_dir:
         shutil.rmtree(inv.work_dir, ignore_errors=True)

@@ -20,6 +20,7 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.errors import CheckpointConflictError
 from pipeline_project.training.presets import build_model
 from pipeline_project.training.verify import reload_and_generate
+from pipeline_project_tests.reliability.checkpoint_trials import SCENARIOS, lost_latest_answer
 from pipeline_project_tests.reliability.lost_response import LoseResponses
 
 pytestmark = pytest.mark.stack
@@ -140,3 +141,13 @@ def _digests(directory) -> dict[str, str]:
         for p in sorted(directory.rglob("*"))
         if p.is_file()
     }
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_lost_answer_trial_counts_the_named_checkpoint_by_content(stack, tmp_path, scenario):
+    """The trial bench/reliability.py runs (kind latest_json): with a rival, the rival's checkpoint is named and
+    ours removed; without one, ours is named. Either way the named checkpoint downloads byte for byte."""
+    r = lost_latest_answer(stack, scenario=scenario, work=tmp_path)
+    assert r.ok and r.lost == 0 and r.blocks_found == r.blocks_claimed > 0, r.to_dict()
+    assert r.detail["server_status_of_lost_answers"][0] == (412 if scenario == "rival-wins" else 200)
+    assert ("CheckpointConflictError" in r.error) == (scenario == "rival-wins")
