@@ -13,8 +13,8 @@ producer (the transactional block producer and the ledger's writers)
 consumer (the loader and the ledger reader)
   * `isolation.level` other than read_committed: aborted blocks and ledger records become visible;
   * `enable.auto.commit` / `auto.commit.enable` true: positions live in checkpoints, never in the group;
-  * `auto.offset.reset` other than earliest (smallest, beginning): a ledger read that starts below the log
-    start would skip records and produce a batch again.
+  * `auto.offset.reset` other than earliest (smallest, beginning) or error: a ledger read that starts below
+    the log start would skip records and produce a batch again.
 both
   * `bootstrap.servers` / `metadata.broker.list`: the ledger read and the produce must reach one cluster;
     set `bootstrap_servers`;
@@ -88,7 +88,7 @@ CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "enable.auto.commit": (_is_true, "positions live in checkpoints; the group must never commit them"),
     "auto.commit.enable": (_is_true, "positions live in checkpoints; the group must never commit them"),
     "auto.offset.reset": (
-        lambda v: _norm(v) not in {"earliest", "smallest", "beginning"},
+        lambda v: _norm(v) not in {"earliest", "smallest", "beginning", "error"},
         "a ledger read below the log start must restart at the earliest record, not skip records",
     ),
     "bootstrap.servers": (_ANY, _CLUSTER),

@@ -31,6 +31,7 @@ UNSAFE_CONSUMER = [
     ({"enable.auto.commit": "true"}, "enable.auto.commit"),
     ({"auto.commit.enable": "true"}, "auto.commit.enable"),
     ({"auto.offset.reset": "latest"}, "auto.offset.reset"),
+    ({"auto.offset.reset": "largest"}, "auto.offset.reset"),
     ({"bootstrap.servers": "other:9092"}, "bootstrap.servers"),
 ]
 
