@@ -21,7 +21,7 @@ from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex
 from pipeline_project.cleaning.pipeline import CleaningResult
 from pipeline_project.cleaning.records import MAX_DETAIL_CHARS, Dropped, Quarantined
-from pipeline_project.cleaning.steps.pii import mask_pii
+from pipeline_project.cleaning.sink_mask import sink_mask
 
 MANIFEST_NAME = "manifest.json"
 EXCLUSIONS_NAME = "excluded.jsonl.zst"
@@ -101,14 +101,11 @@ class PublishedBatch:
 def exclusion_records_of(dropped: list[Dropped], quarantined: list[Quarantined], config: CleaningConfig) -> list[dict]:
     """One record per dropped or quarantined document, with the step and reason that removed it.
 
-    The sink keeps no PII that the shards mask: with the PII step on, a dropped document's text goes through the
-    same `mask_pii` as kept text (documents dropped before the PII step, or for `too_many_pii`, were never
-    masked; a pool worker may have masked it already, `Dropped.masked_text`), and so does a quarantine detail, which is also cut short (`records.MAX_DETAIL_CHARS`).
+    The sink keeps nothing in clear that the shards mask: a dropped document's text is masked by its profile's
+    masking step with the same config (`sink_mask`), whichever step dropped it (a pool worker may have masked it
+    already, `Dropped.masked_text`); a quarantine detail gets every masking step that is on, and is cut short
+    (`records.MAX_DETAIL_CHARS`).
     """
-
-    def masked(text: str) -> str:
-        return mask_pii(text, config.pii)[0] if config.pii.enabled else text
-
     return [
         {
             "id": d.id,
@@ -116,7 +113,7 @@ def exclusion_records_of(dropped: list[Dropped], quarantined: list[Quarantined],
             "kind": "dropped",
             "step": d.step,
             "reason": d.reason,
-            "text": masked(d.text) if d.masked_text is None else d.masked_text,
+            "text": sink_mask(d.text, config, d.meta.get("domain")) if d.masked_text is None else d.masked_text,
         }
         for d in dropped
     ] + [
@@ -126,7 +123,7 @@ def exclusion_records_of(dropped: list[Dropped], quarantined: list[Quarantined],
             "kind": "quarantined",
             "step": "read",
             "reason": q.reason,
-            "detail": masked(q.detail)[:MAX_DETAIL_CHARS],
+            "detail": sink_mask(q.detail, config, None)[:MAX_DETAIL_CHARS],
         }
         for q in quarantined
     ]

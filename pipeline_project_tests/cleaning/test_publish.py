@@ -1,9 +1,12 @@
 """The exclusion sink and the shards' meta keep no PII that the shards mask in the text."""
 
+import contextlib
 import io
 import json
 import re
+import uuid
 
+import pytest
 import zstandard
 
 from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Quarantined, read_object
@@ -101,3 +104,42 @@ def test_the_streaming_cleaner_sink_is_masked_through_exclusion_recorder():
     with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(excluded)) as reader:
         sink = reader.read().decode()
     assert config.pii.email_mask in sink and not PII.search(sink)
+
+
+SECRET_CODE = (
+    '"""Settings of the billing client."""\n\nimport os\n\n'
+    'AWS_KEY = "AKIAIOSFODNN7EXAMPLE"\ndb_password = "x9$Kq2!vLp0#Zr7"\n'
+    "# maintainer: Jane Roe <jane.roe@example.org>\n\n\n"
+    "def endpoint(region):\n    return os.environ.get('BILLING_URL', 'https://billing.' + region + '.example.net')\n"
+)
+SECRETS = ("AKIAIOSFODNN7EXAMPLE", "x9$Kq2!vLp0#Zr7", "jane.roe@example.org")
+
+
+@pytest.mark.stack
+@pytest.mark.parametrize("workers", [1, 2])
+def test_dropped_code_files_reach_the_s3_exclusion_sink_masked_as_the_shards_are(stack, workers):
+    """A code file dropped as a duplicate (after the masking step's work was done ahead in a pool worker) and one
+    dropped by an early filter: their secrets are masked in the sink object in S3 by the code profile's masking."""
+    from pipeline_project.cleaning.parallel import FilterPool
+
+    config = CleaningConfig()
+    generated = "# This file is auto-generated. Do not edit.\n" + SECRET_CODE
+    data = b"".join(_line(text, path=path) for path, text in
+                    [("billing/settings.py", SECRET_CODE), ("copy/settings.py", SECRET_CODE), ("gen/api.py", generated)])  # fmt: skip
+    items = list(read_object("raw/code/billing.jsonl", data, config))
+    with FilterPool(config, workers) if workers > 1 else contextlib.nullcontext() as pool:
+        result = CleaningPipeline(config, pool=pool).run(items, "b-secrets", DedupIndex())
+    assert sorted(d.step for d in result.dropped) == ["code_quality", "exact_dedup"]
+    assert {d.meta.get("domain") for d in result.dropped + result.kept} == {"code"}
+    client, prefix = stack.s3_client(), f"it-{uuid.uuid4().hex[:8]}/"
+    published = publish_batch(client, stack.bucket, batch_id="b-secrets", shard_dir=f"{prefix}shards/",
+                              exclusions_dir=f"{prefix}exclusions/", result=result, config=config, input_keys=[])  # fmt: skip
+    raw = client.get_object(Bucket=stack.bucket, Key=published.manifest.exclusions)["Body"].read()
+    sink = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read().decode()
+    shard = client.get_object(Bucket=stack.bucket, Key=published.manifest.shards[0].key)["Body"].read()
+    (kept,) = read_shard(shard)
+    assert [s for s in SECRETS if s in kept["text"]] == []
+    records = [json.loads(line) for line in sink.splitlines()]
+    assert len(records) == 2 and [s for s in SECRETS if s in sink] == []
+    mask = config.profiles.code.secrets.mask
+    assert all(r["text"].count(mask) == kept["text"].count(mask) == 2 for r in records)
