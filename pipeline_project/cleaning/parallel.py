@@ -32,7 +32,6 @@ from pipeline_project.cleaning.profiles import (
 from pipeline_project.cleaning.records import SINK_MASK, DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import Step, StepStats
 from pipeline_project.cleaning.steps.base import prepare_ahead
-from pipeline_project.cleaning.steps.pii import mask_pii
 
 FilterOutput = tuple[dict[str, Positioned], list[Dropped], list[StepStats], list[Quarantined]]
 
@@ -54,9 +53,11 @@ def filter_steps(config: CleaningConfig) -> dict[str, list[Step]]:
     return filter_chains(config)
 
 
-def sink_mask(text: str, config: CleaningConfig) -> str:
-    """`text` as the exclusion sink stores it (`publish.exclusion_records_of`)."""
-    return mask_pii(text, config.pii)[0] if config.pii.enabled else text
+def sink_mask(text: str, config: CleaningConfig, domain: str | None = None) -> str:
+    """`text` as the exclusion sink stores it (`publish.exclusion_records_of`): masked as profile `domain` masks."""
+    from pipeline_project.cleaning.sink_mask import sink_mask as masked
+
+    return masked(text, config, domain)
 
 
 class DocumentFilters:
@@ -121,12 +122,15 @@ class DocumentFilters:
             for _, kept_doc in items:
                 kept_doc.state = DocState()  # the words cache is not worth sending back
                 prepare_ahead(steps, kept_doc)
-                pii = kept_doc.state.prepared.get("pii")  # PIIMasking masks with config.pii, as the sink does
-                masked = pii[1][0] if pii is not None else sink_mask(kept_doc.text, self.config)
+                # the profile's masking step (PIIMasking, or SecretsMasking for code) masks as the sink does
+                ahead = kept_doc.state.prepared.get("pii") or kept_doc.state.prepared.get("secrets")
+                masked = ahead[1][0] if ahead is not None else sink_mask(kept_doc.text, self.config, name)
                 kept_doc.state.prepared[SINK_MASK] = (kept_doc.text, masked)
             seconds = (time.process_time() - start) / max(len(steps), 1)  # shared evenly: one clock for all
             stats += [StepStats(s.name, seconds=seconds, profile=name, notes={AHEAD: 1}) for s in steps]
-        dropped = [dataclasses.replace(d, masked_text=sink_mask(d.text, self.config)) for d in dropped]
+        dropped = [
+            dataclasses.replace(d, masked_text=sink_mask(d.text, self.config, d.meta.get("domain"))) for d in dropped
+        ]
         return kept, dropped, stats, []
 
 
