@@ -60,14 +60,17 @@ def cleaned_shards(
     config = cleaning.config()
     manifest = read_manifest(client, layout.bucket, batch_id)
     mh = config.dedup.minhash
-    index = dedup.open(num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets)
+    is_published = publish.manifest_names_attempt(client, layout.bucket, layout.shard_dir)
+    index = dedup.open(
+        num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets, is_published=is_published
+    )
     records = publish.exclusion_recorder(config)
     previous = publish.read_shard_manifest_or_none(client, layout.bucket, layout.shard_dir(batch_id))
 
-    # This attempt writes under prefixes of its own; what was published before stays until the new manifest
-    # replaces it. Order: clean (index lookups only) -> refuse if the ledger holds other content -> commit the
-    # index (first writer wins) -> exclusion sink -> manifest, the last write.
-    attempt = context.run.run_id[:8]
+    # This attempt (run and try) writes under prefixes of its own; what was published before stays until the new
+    # manifest replaces it. Order: clean (index lookups only) -> refuse if the ledger holds other content ->
+    # reserve in the index (pending, first writer wins) -> exclusion sink -> manifest -> index rows visible.
+    attempt = f"{context.run.run_id[:8]}-{context.retry_number}"
     writer = BatchWriter(
         client,
         layout.bucket,
@@ -83,16 +86,18 @@ def cleaned_shards(
         shard_manifest = _manifest(batch_id, config, manifest, out, writer)
         refuse_other_content(kafka.ledger_records(layout.topic, batch_id), shard_manifest.content_hash(), batch_id,
                              layout.topic)  # fmt: skip
-        cleaner.commit(out, index, writer, records)
     except BaseException:
         writer.abort()
+        index.close()
         raise
+    try:
+        published = cleaner.publish(out, index, writer, records, attempt, lambda: publish.write_manifest(
+            client, layout.bucket, layout.shard_dir(batch_id), _manifest(batch_id, config, manifest, out, writer, attempt)
+        ))  # fmt: skip
     finally:
         traffic = getattr(index, "traffic", None)
         index.close()
-    shard_manifest = _manifest(batch_id, config, manifest, out, writer)
-    writer.upload_exclusions()
-    published = publish.write_manifest(client, layout.bucket, layout.shard_dir(batch_id), shard_manifest)
+    shard_manifest = published.manifest
     publish.delete_superseded(client, layout.bucket, previous, shard_manifest)
 
     context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {workers} filter workers")
@@ -121,7 +126,7 @@ def cleaned_shards(
     )
 
 
-def _manifest(batch_id, config, manifest, out, writer):
+def _manifest(batch_id, config, manifest, out, writer, attempt=""):
     from pipeline_project.cleaning.publish import ShardEntry, ShardManifest
 
     shards = writer.finish_shards()
@@ -133,6 +138,7 @@ def _manifest(batch_id, config, manifest, out, writer):
         counts={k: int(out.counts[k]) for k in ("in", "kept", "dropped", "quarantined")},
         shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
         exclusions=writer.exclusions_key,
+        dedup_attempt=attempt,
     )
 
 
