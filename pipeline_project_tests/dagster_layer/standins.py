@@ -243,7 +243,7 @@ class MemoryDedupIndexResource(DedupIndexResource):
     postgres_url: str = "memory"
     store: str
 
-    def open(self, num_perm: int, num_bands: int):
+    def open(self, num_perm: int, num_bands: int, is_published=None):
         from pipeline_project.cleaning import DedupIndex
 
         return _DEDUP.setdefault(self.store, DedupIndex(num_perm=num_perm, num_bands=num_bands))
