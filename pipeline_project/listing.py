@@ -81,6 +81,9 @@ class TickCursor:
     scan_after: str | None = None  # the running scan has examined every key <= this
     scan_started: str | None = None  # server time of the running scan's first page; None: no scan is running
     complete_from: str | None = None  # `recent` holds every taken key stamped at or after this (None: all)
+    sources: tuple[tuple[str, str | None, int], ...] = ()  # (source prefix, its position, last active): listing_sources
+    known: str | None = None  # every source prefix seen, as a packed Bloom filter (listing_sources.KnownPrefixes)
+    discover_after: str | None = None  # where the walk of the source prefixes goes on
     kind: str = field(default="", compare=False)  # what the last tick read: "scan+append" or "append"
 
     @property
@@ -93,6 +96,11 @@ class TickCursor:
             packed = {"recent_z": base64.b64encode(zlib.compress(json.dumps(sorted(recent)).encode())).decode()}
         else:
             packed = {"recent": recent}
+        if self.sources:
+            sources = json.dumps([list(s) for s in self.sources]).encode()
+            packed["sources_z"] = base64.b64encode(zlib.compress(sources)).decode()
+        if self.known:
+            packed.update(known=self.known, discover_after=self.discover_after)
         return json.dumps(
             {
                 "since": self.since,
@@ -123,6 +131,11 @@ class TickCursor:
             scan_after=d.get("scan_after"),
             scan_started=d.get("scan_started"),
             complete_from=complete_from,
+            sources=tuple(tuple(s) for s in json.loads(zlib.decompress(base64.b64decode(d["sources_z"]))))
+            if "sources_z" in d
+            else (),
+            known=d.get("known"),
+            discover_after=d.get("discover_after"),
         )
 
     def list_since(self, lookback_s: float = CURSOR_MARGIN_S) -> datetime | None:
@@ -143,6 +156,10 @@ class Limits:
     scan_seconds: float = 20.0  # and no new page after this long (a tick reads at least one)
     page_keys: int = 1000
     lookback_s: float = CURSOR_MARGIN_S  # a scan takes objects stamped this long before the previous scan began
+    source_depth: int = 0  # > 0: the prefixes this many levels down get cursors of their own (listing_sources)
+    max_sources: int = 200  # at most this many of them keep a position in the cursor
+    discover_pages: int = 5  # pages of the walk that finds new source prefixes, per tick
+    source_seconds: float = 15.0  # reading the sources starts no new one after this long
 
 
 def _fits(taken: list[RawObject], obj: RawObject, limits: Limits) -> bool:
@@ -258,4 +275,8 @@ def plan_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limi
         cursor = replace(cursor, ticks=cursor.ticks + 1)
     if len(taken) < limits.max_objects:
         taken, cursor = append_tick(client, bucket, prefix, cursor, limits, taken)
+    if len(taken) < limits.max_objects:
+        from pipeline_project.listing_sources import source_tick
+
+        taken, cursor = source_tick(client, bucket, prefix, cursor, limits, taken, clock)
     return taken, replace(cursor, kind=kind)

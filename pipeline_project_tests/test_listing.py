@@ -280,3 +280,70 @@ def test_an_object_overwritten_after_it_was_taken_is_taken_again_once_per_versio
         bucket.put("raw/a", bucket.second, body=b"v2")  # the same content again: the same ETag, not new input
         keys, _ = bucket.drain(cursor, limits, ticks=5)
         assert keys == []
+
+
+# ---- source prefixes with cursors of their own (issue 27 item 14) ---------------------------------------
+
+SOURCES = Limits(max_objects=50, max_bytes=1 << 30, full_scan_every=0, source_depth=1)
+
+
+def test_a_new_key_under_a_prefix_that_sorts_earlier_is_found_on_the_next_tick_without_a_scan():
+    bucket = Bucket()
+    for i in range(30):
+        bucket.put(f"raw/web/{i:04d}.txt", 0)
+    _, cursor = bucket.drain(TickCursor(), SOURCES, ticks=3)
+    assert cursor.start_after == "raw/web/0029.txt"
+    for second, key in enumerate(["raw/books/0000.txt", "raw/demo-1/a.txt", "raw/books/0001.txt",
+                                  "raw/web/0030.txt", "raw/a/x.txt", "raw/demo-1/b.txt"], start=10):  # fmt: skip
+        bucket.put(key, second)
+        taken, cursor = bucket.tick(TickCursor.from_json(cursor.to_json()), SOURCES)
+        assert [o.key for o in taken] == [key], f"{key} waits for a scan"
+    keys, _ = bucket.drain(cursor, SOURCES, ticks=5)
+    assert keys == []
+
+
+def test_uploads_interleaved_across_three_prefixes_are_each_taken_on_the_next_tick():
+    bucket = Bucket()
+    cursor = TickCursor()
+    for i in range(40):
+        key = f"raw/{'amz'[i % 3]}-source/{i:04d}.jsonl"
+        bucket.put(key, i)
+        taken, cursor = bucket.tick(cursor, SOURCES)
+        assert [o.key for o in taken] == [key]
+
+
+def test_source_cursors_stay_bounded_and_a_dropped_source_is_left_to_the_scan():
+    bucket = Bucket()
+    limits = replace(SOURCES, max_sources=20, full_scan_every=3, discover_pages=2, page_keys=100)
+    for i in range(300):
+        bucket.put(f"raw/s{i:04d}/0.txt", 0)
+    _, cursor = bucket.drain(TickCursor(), limits, ticks=40)
+    assert len(cursor.sources) <= 20 and len(cursor.to_json()) < 20_000
+    dropped = "raw/s0000/1.txt"  # its source lost its position; the scan finds the key, once
+    bucket.put(dropped, 50)
+    bucket.second = 60
+    keys, cursor = bucket.drain(cursor, limits, ticks=40)
+    assert keys == [dropped]
+
+
+def test_every_object_lands_in_exactly_one_batch_with_source_cursors():
+    for seed in range(15):
+        rng = random.Random(seed)
+        bucket = Bucket()
+        cursor, taken_keys, expected = TickCursor(), [], set()
+        for step in range(50):
+            for _ in range(rng.randint(0, 5)):
+                key = f"raw/{rng.choice(['a', 'm', 'z', f'n{step % 7}'])}/{rng.randint(0, 10**6):07d}"
+                if key not in expected:
+                    bucket.put(key, step)
+                    expected.add(key)
+            limits = Limits(rng.randint(1, 8), 1 << 30, rng.choice([0, 2, 5]), page_keys=rng.choice([2, 5, 1000]),
+                            source_depth=1, max_sources=rng.choice([2, 200]), discover_pages=rng.choice([1, 5]))  # fmt: skip
+            taken, cursor = bucket.tick(cursor, limits)
+            taken_keys += [o.key for o in taken]
+            cursor = TickCursor.from_json(cursor.to_json())
+        for _ in range(200):
+            taken, cursor = bucket.tick(cursor, replace(SOURCES, full_scan_every=3, scan_pages=50, page_keys=5))
+            taken_keys += [o.key for o in taken]
+        assert len(taken_keys) == len(set(taken_keys)), f"seed {seed}: an object landed in two batches"
+        assert set(taken_keys) == expected, f"seed {seed}: lost {sorted(expected - set(taken_keys))[:5]}"

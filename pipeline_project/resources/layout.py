@@ -45,6 +45,16 @@ class PipelineLayout(dg.ConfigurableResource):
     before it is listable (a multipart upload carries the time it was initiated), so this bounds how long an
     upload of a key that sorts before the cursor may take. The cursor holds the keys taken over this window."""
 
+    source_prefix_depth: int = 1
+    """Prefixes this many levels under raw_prefix are sources with cursors of their own (1: `raw/books/`,
+    `raw/web/`), so a new key is found on the next tick even when it sorts before the keys taken (a new source,
+    or an upload into an older one). 0: one cursor for the whole prefix (keys that sort before it wait for a scan).
+    Files above this depth, and keys that sort before their source's position, are found by the append listing or
+    the scan as before."""
+    max_source_prefixes: int = 200
+    """At most this many sources keep a position in the cursor (the one idle longest is dropped first; the scan
+    covers a dropped source). Each tick lists each of them once, for at most 15 s, the rest on the next tick."""
+
     def topic_config(self) -> dict[str, int | str]:
         """Topic configs the token topic is created with, and checked against when it exists. Compaction would
         reject the key-less block messages (and delete blocks if they had keys): the topic must only delete."""

@@ -15,8 +15,9 @@ from pipeline_project.resources.layout import PipelineLayout
     minimum_interval_seconds=15,
     default_status=dg.DefaultSensorStatus.RUNNING,
     job=ingest_batch,
-    description="Lists the raw prefix after the cursor (keys after the last one taken), and every "
-    "`full_scan_every` ticks scans the keys before it, a bounded number of pages per tick; new objects become "
+    description="Lists the raw prefix after the cursor (keys after the last one taken), each source prefix "
+    "(`source_prefix_depth` levels down) after its own cursor, and every `full_scan_every` ticks scans the keys "
+    "before the cursor, a bounded number of pages per tick; new objects become "
     "one `batches` partition (at most max_objects_per_batch objects and max_batch_mb) with an immutable "
     "manifest, and one `ingest_batch` run of raw_text -> cleaned_shards -> token_blocks.",
 )
@@ -30,6 +31,8 @@ def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: P
         scan_pages=layout.full_scan_pages_per_tick,
         scan_seconds=layout.full_scan_seconds_per_tick,
         lookback_s=layout.full_scan_lookback_s,
+        source_depth=layout.source_prefix_depth,
+        max_sources=layout.max_source_prefixes,
     )
     taken, new_cursor = plan_tick(client, layout.bucket, layout.raw_prefix, cursor, limits)
     if not taken:

@@ -109,18 +109,25 @@ class MemoryS3Client:
         return {"ETag": got["ETag"], "ContentLength": got["ContentLength"]}
 
     def list_objects_v2(self, Bucket: str, Prefix: str = "", StartAfter: str = "", MaxKeys: int = 1000,
-                        ContinuationToken: str = "", **_: Any) -> dict:  # fmt: skip
+                        ContinuationToken: str = "", Delimiter: str = "", **_: Any) -> dict:  # fmt: skip
         after = ContinuationToken or StartAfter
         keys = sorted(k for (b, k) in self.objects if b == Bucket and k.startswith(Prefix) and k > after)
+        if Delimiter:  # S3 rolls keys up to their common prefix; a continuation goes on after the last one
+            rolled = [Prefix + k[len(Prefix):].split(Delimiter, 1)[0] + Delimiter if Delimiter in k[len(Prefix):]
+                      else k for k in keys]  # fmt: skip
+            keys = sorted({r for r in rolled if not (ContinuationToken and r <= ContinuationToken)})
         page = keys[:MaxKeys]
         self.listed_keys += len(page)  # what a tick cost: keys returned by listings
         contents = [
             {"Key": k, "ETag": self._etag(Bucket, k), "Size": len(self.objects[(Bucket, k)][0]),
              "LastModified": self.objects[(Bucket, k)][1]}
-            for k in page
+            for k in page if (Bucket, k) in self.objects and not (Delimiter and k.endswith(Delimiter))
         ]  # fmt: skip
-        out = {"Contents": contents, "KeyCount": len(contents), "IsTruncated": len(keys) > MaxKeys,
+        prefixes = [{"Prefix": k} for k in page if Delimiter and k.endswith(Delimiter) and (Bucket, k) not in self.objects]
+        out = {"Contents": contents, "KeyCount": len(page), "IsTruncated": len(keys) > MaxKeys,
                "ResponseMetadata": {"HTTPHeaders": {"date": format_datetime(self.clock(), usegmt=True)}}}  # fmt: skip
+        if prefixes:
+            out["CommonPrefixes"] = prefixes
         if out["IsTruncated"]:
             out["NextContinuationToken"] = page[-1]
         return out
