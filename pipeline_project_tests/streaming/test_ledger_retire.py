@@ -172,3 +172,19 @@ def test_retiring_fences_the_transactional_id_the_entry_was_written_under(stack)
         zombie.commit_transaction(10)
     values = [m.value() for m in consume_all(s, topic)]
     assert b"zombie" not in values and len(values) == progress.messages
+
+
+def test_what_cleaning_refuses_is_what_the_producer_would_refuse():
+    from pipeline_project.streaming.ledger_checks import refusal_for_content
+
+    progress = ProgressRecord(ledger_key="b1", content_hash="h-A", tokenizer_hash="t", seq_len=SEQ, topic_id="T",
+                              transactions=1, messages=1, blocks=5, bytes=1, pad_tokens=0, padded_blocks=0,
+                              offsets={0: (0, 0)}, stream_hash="s", transactional_id="tx")  # fmt: skip
+    partly = LedgerRecords(completed={}, progress={"b1": progress})
+    assert "partly produced (5 blocks committed)" in refusal_for_content(partly, "b1", "h-B")
+    assert refusal_for_content(partly, "b1", "h-A") is None  # the same content: token_blocks resumes it
+    retired = LedgerRecords(completed={}, progress={}, retired={"b1": [Retirement(
+        "progress", {"content_hash": "h-A", "topic_id": "T", "blocks": 5}, "changed", "op")]})  # fmt: skip
+    assert "was retired" in refusal_for_content(retired, "b1", "h-A")
+    assert refusal_for_content(retired, "b1", "h-B") is None
+    assert refusal_for_content(LedgerRecords(completed={}, progress={}), "b1", "h-B") is None
