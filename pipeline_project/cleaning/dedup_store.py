@@ -273,12 +273,16 @@ class PostgresDedupIndex:
         self._unlock(attempt)
 
     def abandon(self, attempt: str) -> None:
-        """Delete a pending attempt (best effort: if the database is gone, the next `begin_batch` does it)."""
+        """Give up an attempt after a failure: delete its rows, or publish them if its manifest made it out after
+        all (a write whose answer was lost). Best effort: what fails here, the next `begin_batch` resolves."""
         try:
-            with self._cursor() as cur:
-                attempts.remove_attempt(cur, attempt)
+            if self.is_published is None:
+                with self._cursor() as cur:
+                    attempts.remove_attempt(cur, attempt)
+            else:
+                self._resolve(attempt, strict=False)
             self._unlock(attempt)
-        except DedupStoreUnavailableError as exc:
+        except Exception as exc:  # noqa: BLE001 - the failure being handled matters more than this one
             log.warning("dedup index: could not abandon attempt %s now (%s); it will be resolved later", attempt, exc)
 
     def resolve_dead_attempts(self) -> int:

@@ -177,18 +177,19 @@ class StreamingCleaner:
         must name `attempt`), then make the index rows visible. A failure before the manifest removes the
         attempt's rows and objects; after it, the manifest stands and the rows are published by whoever next
         resolves the attempt (`PostgresDedupIndex.begin_batch`), while this step fails so its retry re-commits."""
-        reserved = self.commit(out, index, writer, exclusion_records, attempt=attempt)
+        uses_index = index is not None and self.config.dedup.scope == "global"
         try:
+            self.commit(out, index, writer, exclusion_records, attempt=attempt)
             writer.upload_exclusions()
-            if reserved:
+            if uses_index:
                 index.confirm(attempt)
             published = write_manifest()
         except BaseException:
-            if reserved:
+            if uses_index:
                 index.abandon(attempt)
             writer.abort()
             raise
-        if reserved:
+        if uses_index:
             index.publish(attempt)
         return published
 

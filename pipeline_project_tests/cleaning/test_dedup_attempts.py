@@ -124,3 +124,37 @@ def test_publishing_an_attempt_judged_dead_is_one_clear_error(pg_url):
         slow.publish("a-1")
     with pytest.raises(AttemptLostError, match="session of attempt a-1 ended"):
         slow.confirm("a-1")
+
+
+def test_abandoning_after_a_manifest_write_whose_answer_was_lost_publishes_the_attempt(pg_url):
+    index = PostgresDedupIndex(pg_url, is_published=lambda b, a: True)  # the PUT landed, its answer did not
+    _reserve(index, "a", "a-1", 4)
+    index.abandon("a-1")
+    assert _found(pg_url, "b", 4) == [True]
+    index.close()
+
+
+V1_SCHEMA = """
+CREATE SCHEMA dedup;
+CREATE TABLE dedup.dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO dedup.dedup_meta VALUES ('schema_version', '1'), ('num_perm', '112'), ('num_bands', '14');
+CREATE TABLE dedup.dedup_docs (id BIGSERIAL PRIMARY KEY, batch_id TEXT NOT NULL, doc_id TEXT NOT NULL,
+    exact_key BIGINT, signature BYTEA, UNIQUE (batch_id, doc_id));
+CREATE TABLE dedup.dedup_exact (key BIGINT PRIMARY KEY, doc BIGINT NOT NULL REFERENCES dedup.dedup_docs (id) ON DELETE CASCADE);
+CREATE TABLE dedup.dedup_bands (key BIGINT PRIMARY KEY, doc BIGINT NOT NULL REFERENCES dedup.dedup_docs (id) ON DELETE CASCADE);
+INSERT INTO dedup.dedup_docs (batch_id, doc_id, exact_key) VALUES ('old', 'doc-6', 6);
+INSERT INTO dedup.dedup_exact SELECT 6, id FROM dedup.dedup_docs;
+"""
+
+
+def test_a_version_1_index_is_migrated_in_place_with_every_row_published(pg_url):
+    import psycopg2
+
+    with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
+        cur.execute(V1_SCHEMA)
+    conn.close()
+    assert _found(pg_url, "b", 6) == [True]
+    assert _attempts(pg_url) == {"v1:old": "published"}
+    index = PostgresDedupIndex(pg_url)
+    assert index.commit_batch("b", *_rows(6, 7), near_threshold=0.8) == {0: "exact_duplicate_of:old/doc-6"}
+    index.close()
