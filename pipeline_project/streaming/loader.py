@@ -12,7 +12,8 @@ Usage (the trainer's contract)::
 
 Behaviour worth knowing:
 
-* Partitions are assigned with `assign()` (see `assignment.py`); the rank reads them through
+* Partitions are assigned with `assign()` (see `assignment.py`), for any world size: with more ranks than
+  partitions each rank reads stripes of partitions (`stripes.py`); the rank reads them through
   `num_workers` in-process consumers (`partition_reader.py`), and a prefetch thread assembles
   their blocks into batches (`assembler.py`), interleaved deterministically (see `state.py`).
 * Bounded mode stops at the read_committed end offsets (last stable offsets) captured when the
@@ -27,7 +28,9 @@ Behaviour worth knowing:
 * Ranks may hold different numbers of blocks; a DDP trainer must agree on the step count
   (for example all-reduce a "has batch" flag) — the loader does not pad.
 * Under DDP every rank saves its own `state_dict()`; `gather_state()` collects them all on
-  every rank, and `load_state_dict()` accepts either this rank's state or that list.
+  every rank, and `load_state_dict()` accepts either this rank's state or that list. Given the list under
+  another world size, worker count or partition count (a grown topic), it resumes from the union of every
+  rank's positions: nothing consumed is read again, nothing is skipped, new partitions start at offset 0.
 * Padding (the partial last block of a produced batch) arrives as -1; the train loop masks it.
   `metrics()["tokens_delivered"]` counts real tokens, `"pad_tokens_delivered"` the padding.
 * Nothing is skipped silently. The state carries the topic id, and a state of a deleted and
@@ -56,7 +59,7 @@ import torch
 from confluent_kafka.admin import OffsetSpec
 
 from pipeline_project.streaming.assembler import BatchAssembler, End
-from pipeline_project.streaming.assignment import partitions_for_rank
+from pipeline_project.streaming.assignment import shares_for_rank
 from pipeline_project.streaming.dead_letters import LINEAGE_STATE_KEY, DeadLetter, DeadLetterSink, LineageBudget
 from pipeline_project.streaming.errors import DeadLetterLimitError, MalformedMessageError, StateError
 from pipeline_project.streaming.loader_config import LoaderConfig, dead_letter_topic_for
@@ -68,6 +71,7 @@ from pipeline_project.streaming.preflight import (
     list_offsets,
     partition_bounds,
 )
+from pipeline_project.streaming.seek import checked_starts
 from pipeline_project.streaming.state import (
     Cursor,
     Interleaver,
@@ -75,9 +79,10 @@ from pipeline_project.streaming.state import (
     make_state,
     merge_states,
     parse_cursors,
-    rank_state,
+    resolve_state,
     same_layout,
 )
+from pipeline_project.streaming.stripes import Skips
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +103,13 @@ class KafkaBlockLoader:
         self.cfg = cfg
         self._admin = admin = cfg.kafka.make_admin()
         self.all_partitions, self.topic_id = describe_topic(admin, cfg.topic, cfg.metadata_timeout_s)
-        self.workers = partitions_for_rank(
+        by_worker = shares_for_rank(
             self.all_partitions, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers
         )
-        self.partitions = tuple(sorted(p for ps in self.workers.values() for p in ps))
+        self.workers = {w: tuple(s.partition for s in ss) for w, ss in by_worker.items()}
+        self.shares = {s.partition: s for ss in by_worker.values() for s in ss}  # partition -> this rank's stripe
+        self.partitions = tuple(sorted(self.shares))
+        self._skips: dict[int, Skips] = {}  # messages ahead of the cursors consumed under an earlier layout
         self.pin = cfg.pin_memory if cfg.pin_memory is not None else torch.cuda.is_available()
 
         self.dead_letters: list[DeadLetter] = []  # skipped malformed messages, as delivered
@@ -135,6 +143,7 @@ class KafkaBlockLoader:
                 consume_messages=cfg.consume_messages,
                 max_buffered_messages=cfg.max_buffered_messages,
                 allow_data_loss=cfg.allow_data_loss,
+                shares=self.shares,
             )
             for w, ps in self.workers.items()
         ]
@@ -227,23 +236,19 @@ class KafkaBlockLoader:
     def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
         """Seek to a saved position: this rank's state, every rank's states, or a merged state.
 
-        With the same rank/layout/seed the interleave continues exactly; otherwise the
-        per-partition cursors are taken and the interleave restarts from the seed.
+        With the same rank/layout/seed the interleave continues exactly; otherwise the loader starts from
+        the union of the states' positions (`state.merge_states`) and the interleave restarts from the seed.
         """
         cfg = self.cfg
         self._lineage.load(state, len(self.dead_letters))
-        state = rank_state(state, cfg.rank, cfg.world_size, merge_states)
-        cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
-        missing = [p for p in self.partitions if p not in cursors]
-        if missing and state.get("rank") is not None:
-            raise StateError(f"state has no cursor for partitions {missing} of rank {cfg.rank}")
-        mine = {p: c for p, c in cursors.items() if p in self.partitions}
-        low, high = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
-        checked, skipped = check_cursors(cfg.topic, mine, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
+        state, own = resolve_state(state, self._fits, merge_states)
+        parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
+        bounds = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
+        cursors, skips, skipped = self._checked_starts(state["partitions"], own, bounds)
         self._stop_prefetch()
         self._record_data_loss(skipped)
-        self._cursors = {p: checked.get(p, self._start_cursors[p]) for p in self.partitions}
-        if same_layout(state, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers, seed=cfg.seed):
+        self._cursors, self._skips = cursors, skips
+        if own:
             self._interleaver.set_state(state["interleave"])
             current = state.get("current")
             # a message in progress that was deleted (skipped by allow_data_loss) is no longer in progress
@@ -253,6 +258,17 @@ class KafkaBlockLoader:
             self._current = None
         self._delivered_state = self._snapshot(self._cursors, self._current)
         self._finished = False
+
+    def _fits(self, state: Mapping[str, Any]) -> bool:
+        """Is `state` this rank's own, saved under this layout (world size, workers, seed, partitions, stripes)?"""
+        cfg = self.cfg
+        return same_layout(state, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers,
+                           seed=cfg.seed, shares=self.shares)  # fmt: skip
+
+    def _checked_starts(self, entries: Mapping[str, Any], own: bool, bounds: Any) -> tuple[dict, dict, list]:
+        """`seek.checked_starts` for this rank's shares; unnamed partitions start where the loader was built."""
+        return checked_starts(self.cfg.topic, entries, self.shares, own=own, bounds=bounds,
+                              defaults=self._start_cursors, allow_data_loss=self.cfg.allow_data_loss)  # fmt: skip
 
     def metrics(self) -> dict[str, Any]:
         """Wait, lag and loss figures; `data_wait_fraction` covers the wall time since the previous call.
@@ -311,6 +327,9 @@ class KafkaBlockLoader:
             cursors=cursors,
             current=current,
             interleave=self._interleaver.get_state(),
+            shares=self.shares,
+            skips=self._skips,
+            topic_partitions=len(self.all_partitions),
         )
 
     def _account(self, item: Any) -> None:
@@ -350,7 +369,7 @@ class KafkaBlockLoader:
         self._queue = queue.Queue(maxsize=self.cfg.prefetch)
         live = self._live(self._cursors)
         for r in self._readers:
-            r.open({p: self._cursors[p].offset for p in r.partitions if p in live})
+            r.open({p: self._cursors[p].offset for p in r.partitions if p in live}, self._skips)
         self._thread = threading.Thread(
             target=self._run,
             args=(dict(self._cursors), self._current, live, self._lineage.remaining(len(self.dead_letters))),

@@ -20,7 +20,8 @@ config, the rank's sampler state and every domain's cursors, current partition a
 * a domain new to the mixture starts at the low watermark; a domain left out keeps its saved cursors in
   the state (`retired`), so adding it back later skips nothing either;
 * a plain (no-mixture) state: every domain starts at its cursors;
-* another world size: per-domain cursors merged over the ranks (`mixture.merge_mixture_states`).
+* another world size, worker count or partition count: every domain's positions merged over the ranks
+  (`merge_mixture_states`, the union of `stripes.py`), and the sampler continues its global sequence.
 
 A plain loader given a mixture state resumes at the low watermark: the blocks of the domains that were
 ahead of it are read again (switching the mixture off is the one change that replays).
@@ -43,21 +44,22 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipeline_project.streaming.assembler import Batch, BatchAssembler, End, Stream
-from pipeline_project.streaming.errors import StateError
 from pipeline_project.streaming.loader import KafkaBlockLoader
 from pipeline_project.streaming.loader_config import LoaderConfig
 from pipeline_project.streaming.mixture import MixtureSampler, RankMixture
 from pipeline_project.streaming.partition_reader import PartitionReader
-from pipeline_project.streaming.preflight import check_cursors, partition_bounds
+from pipeline_project.streaming.preflight import partition_bounds
 from pipeline_project.streaming.state import (
     Cursor,
     Interleaver,
     make_state,
+    merge_positions,
     merge_states,
     parse_cursors,
-    rank_state,
-    same_layout,
+    position_entries,
+    resolve_state,
 )
+from pipeline_project.streaming.stripes import Skips
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +101,19 @@ def merge_mixture_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     mixtures = [s["mixture"] for s in sorted(states, key=lambda s: s.get("rank") or 0) if s.get("mixture")]
     if not mixtures:
         return merged
-    domains: dict[str, Any] = {}
+    active = {d for m in mixtures for d in m["domains"]}
+    per_domain: dict[str, list[Mapping[str, Any]]] = {}
     for m in mixtures:
         for d, saved in {**m.get("retired", {}), **m["domains"]}.items():
-            entry = domains.setdefault(d, {"partitions": {}, "current": None, "interleave": None})
-            entry["partitions"].update(saved["partitions"])
+            per_domain.setdefault(d, []).append(saved["partitions"])
+    count = merged["topic_partitions"]
+    domains = {
+        d: {"partitions": merge_positions(ps, count if d in active else None), "current": None, "interleave": None}
+        for d, ps in per_domain.items()
+    }
     rank = dict(mixtures[0]["rank"], pos=0, delivered={})
     merged["mixture"] = {"config": mixtures[0]["config"], "rank": rank, "domains": domains, "retired": {}}
     return merged
-
-
-def _json_cursors(cursors: Mapping[int, Cursor]) -> dict[str, dict[str, int]]:
-    return {str(p): {"offset": c.offset, "block": c.block} for p, c in sorted(cursors.items())}
 
 
 class MixtureAssembler(BatchAssembler):
@@ -163,6 +166,7 @@ class MixtureBlockLoader(KafkaBlockLoader):
         self.domains = tuple(cfg.mixture.proportions)
         self.mixture_events: list[DomainExhausted] = []
         self._retired: dict[str, Any] = {}  # saved domain positions of domains no longer in the mixture
+        self._domain_skips: dict[str, dict[int, Skips]] = {}  # per domain: stripes.Skips of an earlier layout
         self._readers = []
         self.streams: dict[str, Stream] = {}
         for i, d in enumerate(self.domains):
@@ -185,6 +189,7 @@ class MixtureBlockLoader(KafkaBlockLoader):
             seq_len=cfg.seq_len, expected_tokenizer_hash=cfg.expected_tokenizer_hash, end_offsets=self._end_offsets,
             consume_messages=cfg.consume_messages, max_buffered_messages=cfg.max_buffered_messages,
             allow_data_loss=cfg.allow_data_loss, domain=domain, primary=primary, known_domains=frozenset(self.domains),
+            shares=self.shares,
         )  # fmt: skip
 
     def _domain_interleaver(self, domain: str) -> Interleaver:
@@ -204,12 +209,13 @@ class MixtureBlockLoader(KafkaBlockLoader):
         state = make_state(
             topic=cfg.topic, topic_id=self.topic_id, rank=cfg.rank, world_size=cfg.world_size,
             num_workers=cfg.num_workers, seed=cfg.seed, cursors={p: Cursor(c.offset, c.block) for p, c in low.items()},
-            current=None, interleave=first.il.get_state(),
+            current=None, interleave=first.il.get_state(), shares=self.shares, topic_partitions=len(self.all_partitions),
         )  # fmt: skip
         domains = {
-            d: {"partitions": _json_cursors(s.cursors), "current": s.current, "interleave": s.il.get_state()}
+            d: {"partitions": position_entries(s.cursors, self.shares, self._domain_skips.get(d)),
+                "current": s.current, "interleave": s.il.get_state()}
             for d, s in self.streams.items()
-        }
+        }  # fmt: skip
         state["mixture"] = {
             "config": self.mixture.model_dump(mode="json"),
             "rank": self.mix.state_dict(),
@@ -242,24 +248,19 @@ class MixtureBlockLoader(KafkaBlockLoader):
         """Seek every domain stream to its saved position; see the module docstring for what may change."""
         cfg = self.cfg
         self._lineage.load(state, len(self.dead_letters))
-        state = rank_state(state, cfg.rank, cfg.world_size, merge_mixture_states)
-        low_cursors = parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
-        missing = [p for p in self.partitions if p not in low_cursors]
-        if missing and state.get("rank") is not None:
-            raise StateError(f"state has no cursor for partitions {missing} of rank {cfg.rank}")
+        state, layout = resolve_state(state, self._fits, merge_mixture_states)
+        parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
         mixture = state.get("mixture") or {}
         saved_domains = dict(mixture.get("domains") or {})
-        layout = same_layout(state, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers,
-                             seed=cfg.seed)  # fmt: skip
-        low, high = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
+        bounds = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
         self._stop_prefetch()
+        self._domain_skips = {}
         for d, s in self.streams.items():
             saved = saved_domains.pop(d, None)
-            cursors = _cursors_of(saved["partitions"]) if saved else low_cursors
-            mine = {p: c for p, c in cursors.items() if p in self.partitions}
-            checked, skipped = check_cursors(cfg.topic, mine, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
+            entries = saved["partitions"] if saved else state["partitions"]
+            s.cursors, skips, skipped = self._checked_starts(entries, layout, bounds)
+            self._domain_skips[d] = skips
             self._record_data_loss(skipped)
-            s.cursors = {p: checked.get(p, self._start_cursors[p]) for p in self.partitions}
             if saved and layout and saved.get("interleave") is not None:
                 s.il.set_state(saved["interleave"])
                 s.current = None if any(x.partition == saved["current"] for x in skipped) else saved["current"]
@@ -281,10 +282,11 @@ class MixtureBlockLoader(KafkaBlockLoader):
     def _start(self) -> None:
         self._stop.clear()
         self._queue = queue.Queue(maxsize=self.cfg.prefetch)
-        for s in self.streams.values():
+        for d, s in self.streams.items():
             s.live = self._live(s.cursors)
+            skips = self._domain_skips.get(d)
             for r in s.readers:
-                r.open({p: s.cursors[p].offset for p in r.partitions if p in s.live})
+                r.open({p: s.cursors[p].offset for p in r.partitions if p in s.live}, skips)
         budget = self._lineage.remaining(len(self.dead_letters))
         self._thread = threading.Thread(target=self._run_mixture, args=(budget,), daemon=True,
                                         name="kafka-mixture-prefetch")  # fmt: skip

@@ -30,28 +30,24 @@ from pipeline_project.streaming.stripes import (
 
 def _read(blocks: list[int], share: Share, start: tuple[int, int, Skips], budget: int, out: list) -> dict:
     """Deliver up to `budget` blocks of `share` from `start` into `out`; the stripe's entry after them."""
-    offset, block, skips = start
-    o = offset
+    o, block, skips = start  # `block`: blocks already consumed of the message at `o`
     while o < len(blocks) and budget > 0:
         first = skips.first_block(o) if share.owns(o) else None
         n = blocks[o]
         if first is None or n == 0:  # another stripe's, consumed before, or a transaction marker
             o, block = o + 1, 0
             continue
-        first = max(first, block if o == offset else 0)
+        first = max(first, block)
         take = min(n - first, budget)
         out.extend((o, b) for b in range(first, first + take))
         budget -= take
-        if first + take == n:
-            o, block = o + 1, 0
-        else:
-            offset, block = o, first + take
-            return make_entry(share, o, block, skips)
-        offset = o
-    return make_entry(share, o, 0, skips)
+        if first + take < n:
+            return make_entry(share, o, first + take, skips)
+        o, block = o + 1, 0
+    return make_entry(share, o, block, skips)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     blocks=st.lists(st.integers(0, 3), min_size=1, max_size=60),
     phases=st.lists(

@@ -24,6 +24,25 @@ def test_offsets_consumed_merges_ranks_and_counts_partly_read_messages():
     }
 
 
+def test_positions_of_ranks_sharing_a_partition_are_their_union():
+    from pipeline_project.streaming.stripes import stripe_of
+
+    # partition 0 read by two ranks (stripes 0 and 1 of 2): stripe 1 got further than stripe 0
+    slow = 2
+    fast = next(o for o in range(10, 40) if stripe_of(o, 2) == 1)
+
+    def striped(rank, offset):
+        return {"rank": rank, "partitions": {"0": {"offset": offset, "block": 0, "stripe": [rank, 2]}}}
+
+    starts = [striped(0, 0), striped(1, 0)]
+    ends = [striped(0, slow), striped(1, fast + 1)]
+    end = positions(ends)["0"]
+    first_open = next(o for o in range(slow, 40) if stripe_of(o, 2) == 0)
+    assert end["offset"] == first_open
+    assert end["done"][-1][1] == fast + 1  # stripe 1's messages above the union's offset stay counted as read
+    assert offsets_consumed(starts, ends) == {"0": [0, fast + 1]}
+
+
 def test_job_config_takes_the_topic_block_length_and_unbounded_steps():
     job = JobConfig.model_validate(
         {
