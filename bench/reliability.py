@@ -1,7 +1,7 @@
 """Kill trials against a throw-away stack, counted by sequence numbers and content hashes; and the bad-input classes.
 
     .venv/bin/python bench/reliability.py [--trials 2] [--kinds producer,loader,process,trainer,s3,mlflow]
-                                          [--kinds ...,dagster] [--no-bad-input]
+                                          [--kinds ...,dagster,latest_json] [--no-bad-input] [--merge]
 
 Starts its own stack (3 Kafka brokers with RF 3 / min ISR 2, S3, PostgreSQL, MLflow; Dagster webserver + daemon
 for the `dagster` kind) on free ports under a temp dir, runs `--trials` trials of each kind with the timings
@@ -17,8 +17,10 @@ touched. Each trial is one function of `pipeline_project_tests/reliability/` (th
 | s3 | `kill -9` the S3 server while cleaned_shards runs; restart it after N s | published documents (sha256) vs an undisturbed run |
 | mlflow | `kill -9` the MLflow server (and workers) at the trainer's start / mid-run | the checkpoint in S3 and latest.json |
 | dagster | `kill -9` a run worker tree mid token_blocks; the daemon tree mid-run while objects arrive | objects per batch, blocks per batch |
+| latest_json | the answer to the conditional PUT of latest.json is lost (applied, retried, 412); once with a rival | files (sha256) of the checkpoint latest.json names vs what its writer saved; unreferenced folders |
 
 Writes bench/results/reliability.json and prints a table with the load average. Goal: 0 lost, 0 duplicated.
+`--merge` keeps the trials of the kinds this run did not run from the file it writes (the summary counts them all).
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ from pipeline_project_tests.reliability.faults import (  # noqa: E402
 )
 
 RESULTS = REPO / "bench" / "results" / "reliability.json"
-KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster")
-DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow")
+KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json")
+DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "latest_json")
 
 # The timings each kind cycles through (trial i takes entry i mod len).
 PRODUCER = [(0.2, "coordinator", False), (1.0, "leader", True), (3.0, "coordinator", True), (0.5, "leader", False)]
@@ -103,6 +105,8 @@ def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[d
                 )
             elif kind == "mlflow":
                 r = outages.mlflow_down_during_training(stack, work, when=MLFLOW[i % len(MLFLOW)])
+            elif kind == "latest_json":
+                r = latest_json_trial(stack, i, work)
             else:
                 r = dagster_trial(stack, i, state)
             row = r.to_dict()
@@ -114,6 +118,36 @@ def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[d
         print(f"  {kind} #{i + 1}: {'ok' if row.get('ok') else 'NOT OK'} "
               f"lost={row.get('lost')} duplicated={row.get('duplicated')} {row.get('error', '')[:120]}", flush=True)  # fmt: skip
     return rows
+
+
+def latest_json_trial(stack: Stack, i: int, work: Path):
+    """Scenario i (cycling) of `checkpoint_trials`: a lost answer to the latest.json write, or a rival winning."""
+    from pipeline_project_tests.reliability import checkpoint_trials
+
+    scenario = checkpoint_trials.SCENARIOS[i % len(checkpoint_trials.SCENARIOS)]
+    return checkpoint_trials.lost_latest_answer(stack.settings(), scenario=scenario, seed=i, work=work)
+
+
+def merge_previous(result: dict, previous: dict) -> dict:
+    """`result` plus the trials of `previous` (an earlier run's file) whose kind this run did not produce."""
+    ran = {r.get("kind") for r in result["trials"]}
+    kept = [r for r in previous.get("trials", []) if r.get("kind") not in ran]
+    trials = kept + result["trials"]
+    earlier = {k: previous.get(k) for k in ("command", "started_at", "wall_s", "load_avg")}
+    return {**result, "trials": trials, "bad_input": result["bad_input"] or previous.get("bad_input", []),
+            "merged_from": [*previous.get("merged_from", []), {**earlier, "trials_kept": len(kept)}]}  # fmt: skip
+
+
+def summarize(rows: list[dict], bad: list[dict]) -> dict:
+    trial_rows = [r for r in rows if "kind" in r]
+    return {
+        "trials": len(trial_rows),
+        "ok": sum(1 for r in trial_rows if r.get("ok")),
+        "lost": sum(r.get("lost") or 0 for r in trial_rows),
+        "duplicated": sum(r.get("duplicated") or 0 for r in trial_rows),
+        "bad_input_classes": len(bad),
+        "bad_input_matching": sum(1 for b in bad if b["match"]),
+    }
 
 
 def dagster_trial(stack: Stack, i: int, state: dict):
@@ -196,6 +230,7 @@ def main() -> int:
     parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     parser.add_argument("--no-bad-input", action="store_true", help="skip the bad-input classes")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--merge", action="store_true", help="keep --out's trials of kinds this run does not run")
     args = parser.parse_args()
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     unknown = sorted(set(kinds) - set(KINDS))
@@ -217,14 +252,7 @@ def main() -> int:
         stack_up_s, bad = run_all(stack, kinds, args, root, rows, state)
 
     trial_rows = [r for r in rows if "kind" in r]
-    summary = {
-        "trials": len(trial_rows),
-        "ok": sum(1 for r in trial_rows if r.get("ok")),
-        "lost": sum(r.get("lost") or 0 for r in trial_rows),
-        "duplicated": sum(r.get("duplicated") or 0 for r in trial_rows),
-        "bad_input_classes": len(bad),
-        "bad_input_matching": sum(1 for b in bad if b["match"]),
-    }
+    summary = summarize(rows, bad)
     result = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
@@ -236,6 +264,9 @@ def main() -> int:
         "trials": rows,
         "bad_input": bad,
     }
+    if args.merge and args.out.exists():
+        result = merge_previous(result, json.loads(args.out.read_text()))
+        result["summary"] = summarize(result["trials"], result["bad_input"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))
 

@@ -196,8 +196,9 @@ def upload_checkpoint(
     """Upload a local checkpoint to a fresh `s3://bucket/<prefix>/step-<n>-<id>/`, then move `latest.json`
     to it, conditionally on `latest.json` still being `expected` (what this invocation read or last wrote).
 
-    Returns the new pointer (pass it as `expected` to the next upload). Raises `CheckpointConflictError`
-    when another invocation moved `latest.json` since `expected`; the uploaded folder is then removed.
+    Returns the new pointer (pass it as `expected` to the next upload), also when the write raised but
+    `latest.json` reads back as this upload (a lost answer). Raises `CheckpointConflictError` when another
+    invocation moved `latest.json` since `expected`; the uploaded folder is then removed.
     """
     directory = Path(directory)
     prefix = prefix.strip("/")
@@ -234,9 +235,9 @@ def _settle_failed_write(
     after a refused write is this upload removed; when it cannot be read, nothing is removed."""
     try:
         now = read_latest(s3, bucket, prefix)
-    except Exception as read_exc:  # outcome unknown: keep the upload, report the write's error
+    except Exception as read_exc:  # noqa: BLE001 - outcome unknown: keep the upload, report the write error
         log.warning("latest.json unreadable after a failed write (%s); keeping %s", read_exc, ref.uri)
-        raise exc from read_exc
+        raise exc from None
     if now.ref == ref:
         log.warning("the write of latest.json -> %s raised %s, but it was applied: continuing", ref.uri, exc)
         return now

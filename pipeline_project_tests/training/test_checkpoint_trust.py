@@ -121,3 +121,46 @@ def test_load_latest_refuses_a_malicious_latest_json_in_s3(stack, tmp_path, name
     with pytest.raises(InvalidCheckpointError):
         load_latest(s3, stack.bucket, prefix, tmp_path / "ckpt")
     assert list(tmp_path.iterdir()) == []
+
+
+class _WriteRefusedThenBlind:
+    """latest.json's conditional write is refused (412), and latest.json cannot be read back afterwards."""
+
+    def __init__(self):
+        self.deleted, self.reads = [], 0
+
+    def get_object(self, **_kw):
+        self.reads += 1
+        if self.reads == 1:  # upload_checkpoint's fail-fast read: no latest.json yet
+            raise self.exceptions.NoSuchKey({}, "GetObject")
+        raise ConnectionError("S3 unreachable")
+
+    def upload_file(self, *_args):
+        return None
+
+    def put_object(self, **_kw):
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": "PreconditionFailed"}}, "PutObject")
+
+    def delete_objects(self, **kw):
+        self.deleted += kw["Delete"]["Objects"]
+
+    class exceptions:  # boto3 clients name it so
+        class NoSuchKey(Exception):
+            pass
+
+
+def test_a_refused_write_that_cannot_be_read_back_removes_nothing(tmp_path):
+    """The refusal may be the retry of a write that was applied: without reading latest.json back there is no
+    telling, so the upload stays (garbage at worst) and the write's own error is raised."""
+    from botocore.exceptions import ClientError
+
+    from pipeline_project.training.checkpoint import LatestPointer, upload_checkpoint
+
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "model.safetensors").write_bytes(b"w")
+    s3 = _WriteRefusedThenBlind()
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        upload_checkpoint(s3, "pipeline", "checkpoints/run", 3, tmp_path, expected=LatestPointer(None, None))
+    assert s3.reads == 2 and s3.deleted == []
