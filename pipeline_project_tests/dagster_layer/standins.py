@@ -123,7 +123,9 @@ class MemoryS3Client:
              "LastModified": self.objects[(Bucket, k)][1]}
             for k in page if (Bucket, k) in self.objects and not (Delimiter and k.endswith(Delimiter))
         ]  # fmt: skip
-        prefixes = [{"Prefix": k} for k in page if Delimiter and k.endswith(Delimiter) and (Bucket, k) not in self.objects]
+        prefixes = [
+            {"Prefix": k} for k in page if Delimiter and k.endswith(Delimiter) and (Bucket, k) not in self.objects
+        ]
         out = {"Contents": contents, "KeyCount": len(page), "IsTruncated": len(keys) > MaxKeys,
                "ResponseMetadata": {"HTTPHeaders": {"date": format_datetime(self.clock(), usegmt=True)}}}  # fmt: skip
         if prefixes:
