@@ -1,10 +1,12 @@
 """New S3 object -> visible to read_committed readers of the topic: p50 / p95 over a stream of uploads.
 
-    .venv/bin/python bench/arrival_latency.py [--uploads 20] [--interval 30]
+    .venv/bin/python bench/arrival_latency.py [--uploads 20] [--interval 30] [--prefixes 3]
 
 Starts a throw-away stack on free ports under a temp dir (3 brokers, S3, PostgreSQL, MLflow, and the Dagster
 webserver + daemon with the deployed `raw_s3_sensor`), then uploads one object of the generated sample every
-`--interval` seconds under an append-style key. For each object it records when the sensor registered it in a
+`--interval` seconds, in turn under `--prefixes` source prefixes (`raw/web/`, `raw/code/`, `raw/books/`, ...:
+each sorts before the one used before it, so the newest key taken never bounds where the next one lands; 0: one
+append-style `raw/<ns clock>-<id>/` prefix per upload). For each object it records when the sensor registered it in a
 batch, when that batch's run started and ended, and when the batch's ledger record (written in the same Kafka
 transaction as its blocks) became readable with read_committed: that last moment is "visible". Writes
 bench/results/arrival_latency.json and prints a table with the load average. Goal: p50 <= 30 s.
@@ -37,7 +39,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def measure(stack: Stack, uploads: int, interval_s: float, timeout_s: float) -> list[dict]:
+SOURCES = ("web", "code", "books", "audio", "news")  # each sorts before the one before it
+
+
+def upload_interleaved(stack: Stack, i: int, prefixes: int) -> str:
+    """Upload i goes under source i mod `prefixes`, with a sequence key."""
+    from pipeline_project.demo.sample_corpus import generate
+
+    settings = stack.settings()
+    f = generate(seed=500 + i, docs_per_language=1)[0]
+    key = f"{settings.raw_prefix}{SOURCES[i % prefixes]}/{i:06d}-{f.key.rsplit('/', 1)[-1]}"
+    settings.s3_client().put_object(Bucket=settings.bucket, Key=key, Body=f.data)
+    return key
+
+
+def measure(stack: Stack, uploads: int, interval_s: float, timeout_s: float, prefixes: int = 0) -> list[dict]:
     instance = df.dagster_instance(stack)
     kafka, topic = kafka_of(stack), stack.settings().topic
     rows: list[dict] = []
@@ -48,8 +64,11 @@ def measure(stack: Stack, uploads: int, interval_s: float, timeout_s: float) -> 
         while len(rows) < uploads or pending:
             now = time.time()
             if len(rows) < uploads and now >= next_upload:
-                keys = df.upload_wave(stack, seed=500 + len(rows), files=1)
-                row = {"key": keys[0], "uploaded": time.time()}
+                if prefixes:
+                    key = upload_interleaved(stack, len(rows), prefixes)
+                else:
+                    key = df.upload_wave(stack, seed=500 + len(rows), files=1)[0]
+                row = {"key": key, "uploaded": time.time()}
                 rows.append(row)
                 pending.append(row)
                 next_upload += interval_s
@@ -137,6 +156,8 @@ def main() -> int:
     parser.add_argument("--uploads", type=int, default=20)
     parser.add_argument("--interval", type=float, default=30.0, help="seconds between uploads")
     parser.add_argument("--timeout", type=float, default=600.0, help="give up on an object after this many seconds")
+    parser.add_argument("--prefixes", type=int, default=3, choices=range(len(SOURCES) + 1),
+                        help="source prefixes the uploads take turns under (0: a new append-style prefix each)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -144,7 +165,7 @@ def main() -> int:
     with throwaway_stack(ROOT_PREFIXES[1]) as stack:
         df.start_dagster(stack)
         load_start = os.getloadavg()
-        rows = measure(stack, args.uploads, args.interval, args.timeout)
+        rows = measure(stack, args.uploads, args.interval, args.timeout, args.prefixes)
         load_end = os.getloadavg()
 
     summary = summarize(rows)
@@ -155,6 +176,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "load_avg": {"start": [round(x, 2) for x in load_start], "end": [round(x, 2) for x in load_end]},
         "interval_s": args.interval,
+        "prefixes": args.prefixes,
         "timed_out": sum(1 for r in rows if r.get("timed_out")),
         "summary": summary,
         "uploads": rows,
