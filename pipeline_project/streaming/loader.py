@@ -349,14 +349,15 @@ class KafkaBlockLoader:
             self.data_loss.append(s)
 
     def _lag(self) -> dict[int, int]:
-        """Log end (last fetched high watermark, else the start-time end offset) minus delivered position."""
+        """Log end (last fetched high watermark, else the start-time end offset) minus delivered position; a stripe
+        of k counts its 1/k share, so the ranks' lags add up to the partition's."""
         highs = {p: h for r in self._readers for p, h in r.high_watermarks().items()}
         cursors = self._delivered_state["partitions"]
         lag = {}
         for p in self.partitions:
             pos = int(cursors[str(p)]["offset"])
             high = highs.get(p, (self._end_offsets or {}).get(p, pos))
-            lag[p] = max(0, high - pos)
+            lag[p] = -(-max(0, high - pos) // self.shares[p].stripes)
         return lag
 
     def _live(self, cursors: Mapping[int, Cursor]) -> set[int]:

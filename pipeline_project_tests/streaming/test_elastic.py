@@ -117,6 +117,21 @@ def test_six_ranks_on_four_partitions_read_every_block_once(kafka):
     assert _trained_once(rows, rest) == _every_block(data)
 
 
+def test_the_lag_of_ranks_sharing_a_partition_adds_up_to_the_partitions(kafka):
+    data = make_topic(kafka, 4)
+    produce(kafka, data, 9, seed=35)
+    loaders = [make_loader(_cfg(kafka, data, 6, r)) for r in range(6)]
+    try:
+        ends, total = {}, Counter()
+        for loader in loaders:
+            ends.update(loader.end_offsets)
+            total.update(loader.metrics()["lag"])
+    finally:
+        for loader in loaders:
+            loader.close()
+    assert all(ends[p] <= total[p] < ends[p] + 3 for p in range(4)), (total, ends)
+
+
 def test_six_ranks_resume_exactly_at_the_same_world_size(kafka):
     data = make_topic(kafka, 4)
     produce(kafka, data, 10, seed=41)
