@@ -17,6 +17,7 @@ touched. Each trial is one function of `pipeline_project_tests/reliability/` (th
 | s3 | `kill -9` the S3 server while cleaned_shards runs; restart it after N s | published documents (sha256) vs an undisturbed run |
 | mlflow | `kill -9` the MLflow server (and workers) at the trainer's start / mid-run | the checkpoint in S3 and latest.json |
 | dagster | `kill -9` a run worker tree mid token_blocks; the daemon tree mid-run while objects arrive | objects per batch, blocks per batch |
+| overwrite | objects overwritten 0-3 s after the sensor took them (some twice); sensor ticks until idle | versions per manifest entry, by content sha256 |
 | dedup | `kill -9` cleaned_shards between two of its stores (index, sink, manifest, cleanup); clean an overlapping batch; abandon the first | published documents (sha256) vs an undisturbed run |
 | latest_json | the answer to the conditional PUT of latest.json is lost (applied, retried, 412); once with a rival | files (sha256) of the checkpoint latest.json names vs what its writer saved; unreferenced folders |
 
@@ -60,7 +61,7 @@ from pipeline_project_tests.reliability.faults import (  # noqa: E402
 )
 
 RESULTS = REPO / "bench" / "results" / "reliability.json"
-KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json", "dedup")
+KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json", "dedup", "overwrite")
 DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "latest_json", "dedup")
 
 # The timings each kind cycles through (trial i takes entry i mod len).
@@ -70,6 +71,7 @@ PROCESS = [(0.3, False), (2.0, True), (1.0, True), (3.5, False)]
 TRAINER = [0.0, 1.0, 2.5]
 S3 = [(0.0, 15.0), (2.0, 6.0), (1.0, 30.0)]
 MLFLOW = ["mid_run", "start"]
+OVERWRITE = [0.0, 1.0, 3.0]  # seconds between the tick that took the objects and their overwrite
 DEDUP = list(dedup_trials.KILL_POINTS)
 
 
@@ -110,6 +112,10 @@ def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[d
             elif kind == "dedup":
                 database = outages.fresh_database(stack, f"dedup_kill_{i}_{int(time.time())}")
                 r = dedup_trials.index_commit_kill(stack.settings(), database, kill_at=DEDUP[i % len(DEDUP)])
+            elif kind == "overwrite":
+                from pipeline_project_tests.reliability.overwrite_trials import overwrite_after_take
+
+                r = overwrite_after_take(stack, delay_s=OVERWRITE[i % len(OVERWRITE)], seed=i)
             elif kind == "latest_json":
                 r = latest_json_trial(stack, i, work)
             else:
