@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from collections import Counter
 
 import pytest
@@ -130,6 +132,28 @@ def test_the_lag_of_ranks_sharing_a_partition_adds_up_to_the_partitions(kafka):
         for loader in loaders:
             loader.close()
     assert all(ends[p] <= total[p] < ends[p] + 3 for p in range(4)), (total, ends)
+
+
+def test_streaming_ranks_sharing_partitions_while_batches_arrive(kafka):
+    data = make_topic(kafka, 2)
+    produce(kafka, data, 4, seed=37)
+
+    def keep_producing():
+        for i in range(3):
+            time.sleep(0.5)
+            produce(kafka, data, 3, seed=38 + i)
+
+    producer = threading.Thread(target=keep_producing)
+    producer.start()
+    try:
+        steps, rows, _, states = lockstep(kafka, data, 3, mode="streaming", idle_timeout_s=4.0)
+    finally:
+        producer.join()
+    assert steps > 0
+    trained = _trained_once(rows)
+    assert set(trained) == _consumed(data, merge_states(states)["partitions"])
+    _, rest, _, _ = lockstep(kafka, data, 1, states=states, batch_size=1)
+    assert _trained_once(rows, rest) == _every_block(data)
 
 
 def test_six_ranks_resume_exactly_at_the_same_world_size(kafka):
