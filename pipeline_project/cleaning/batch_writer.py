@@ -53,6 +53,7 @@ class BatchWriter:
         self._excluded = tempfile.TemporaryFile()  # noqa: SIM115 - lives until upload_exclusions or abort
         self._excluded_writer = zstandard.ZstdCompressor(level=3).stream_writer(self._excluded, closefd=False)
         self.excluded_records = 0
+        self._excluded_uploaded = False
 
     # -- kept documents -------------------------------------------------------------------------------------
     def add_kept(self, docs: list[Document]) -> None:
@@ -108,11 +109,14 @@ class BatchWriter:
     def upload_exclusions(self) -> None:
         self._excluded_writer.flush(zstandard.FLUSH_FRAME)
         self._excluded.seek(0)
+        self._excluded_uploaded = True  # before the upload: one whose answer is lost may have landed
         self.client.upload_fileobj(self._excluded, self.bucket, self.exclusions_key)
         self._excluded.close()
 
     def abort(self) -> None:
-        """Delete what this attempt uploaded (a refused batch leaves no trace)."""
+        """Delete what this attempt uploaded (a refused or failed batch leaves no trace)."""
         for shard in self.shards:
             self.client.delete_object(Bucket=self.bucket, Key=shard.key)
+        if self._excluded_uploaded:
+            self.client.delete_object(Bucket=self.bucket, Key=self.exclusions_key)
         self._excluded.close()

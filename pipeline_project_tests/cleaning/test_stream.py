@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from pipeline_project.cleaning import CleaningPipeline, DedupIndex, read_shard
 from pipeline_project.cleaning.batch_writer import BatchWriter
 from pipeline_project.cleaning.stream import StreamingCleaner
@@ -138,3 +140,52 @@ def test_a_duplicate_any_number_of_chunks_later_is_found():
     for chunk_docs in (1, 2, 3, 5):
         _, kept, _ = _run(_docs("x", copy.deepcopy(texts)), chunk_docs=chunk_docs)
         assert kept == whole, chunk_docs
+
+
+class RecordingIndex(DedupIndex):
+    """The in-memory index, recording the attempt calls in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def reserve_batch(self, batch_id, attempt, *args, **kwargs):
+        self.calls.append("reserve")
+        return super().reserve_batch(batch_id, attempt, *args, **kwargs)
+
+    def confirm(self, attempt):
+        self.calls.append("confirm")
+
+    def publish(self, attempt):
+        self.calls.append("publish")
+        super().publish(attempt)
+
+    def abandon(self, attempt):
+        self.calls.append("abandon")
+        super().abandon(attempt)
+
+
+@pytest.mark.parametrize("manifest_fails", [False, True])
+def test_publish_makes_the_index_rows_visible_only_after_the_manifest(manifest_fails):
+    client = MemoryS3Client({})
+    writer = BatchWriter(client, "b", "shards/x/a1/", "exclusions/x/a1/excluded.jsonl.zst")
+    cleaner = StreamingCleaner(CONFIG, chunk_docs=3)
+    index = RecordingIndex()
+    out = cleaner.run(_docs("x", _corpus(24, 4)), "x", index, writer, _records)
+    writer.finish_shards()
+
+    def write_manifest():
+        index.calls.append("manifest")
+        if manifest_fails:
+            raise ConnectionError("S3 went away")
+        return "published"
+
+    if manifest_fails:
+        with pytest.raises(ConnectionError):
+            cleaner.publish(out, index, writer, _records, "a1", write_manifest)
+        assert index.calls == ["reserve", "confirm", "manifest", "abandon"]
+        assert len(index) == 0 and client.objects == {}  # nothing published; the attempt's shards and sink deleted
+    else:
+        assert cleaner.publish(out, index, writer, _records, "a1", write_manifest) == "published"
+        assert index.calls == ["reserve", "confirm", "manifest", "publish"]
+        assert len(index) == 4
