@@ -36,8 +36,9 @@ SERVICE_CLASSES: dict[str, type[Service]] = {
 }
 # Dagster's storage lives in PostgreSQL: it starts once the server answers and its databases exist.
 FIRST_WAVE = ("postgres", "s3", "mlflow", "kafka")
-# Dagster and MLflow go while the stores they write to still answer; within a wave, services stop side by side.
-STOP_WAVES = (("dagster", "mlflow", "kafka"), ("s3", "postgres"))
+# Chains stop side by side, each in order: Dagster and MLflow before the stores they write to; brokers one after
+# another, highest id first (as `KafkaService.stop` does on one host: a majority of voters stays for each but the last).
+STOP_CHAINS = (("dagster", "postgres"), ("mlflow", "s3"), ("kafka",))
 
 Progress = Callable[[str], None]
 
@@ -89,7 +90,7 @@ class Cluster:
             **self.spec.stack_config().client_env(),
             "PIPELINE_CLUSTER_HOST": host.name,
             "PIPELINE_CLUSTER_ADDRESS": host.address,
-            "TMPDIR": "/tmp",  # the host's own (netns.PRIVATE_TMP)
+            "TMPDIR": "/tmp",  # the host's own (netns.ON_HOST)
         }
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -123,16 +124,25 @@ class Cluster:
         return [h for s in services for h in self.hosts.values() if h.service == s]
 
     def _start_wave(self, services: Sequence[str], launched: dict, progress: Progress) -> None:
+        """Prepare and start each host's missing processes, every host on its own thread (a broker's storage
+        format does not hold back the S3 server)."""
         todo = [(h, [mp for mp in self._processes(h) if not mp.is_running()]) for h in self._hosts_of(services)]
         todo = [(h, missing) for h, missing in todo if missing]
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(todo) or 1) as pool:
-            for future in [pool.submit(self.service(h).prepare) for h, _ in todo]:
-                future.result()
-        for host, missing in todo:
-            progress(f"{host.name} ({host.address}): starting {', '.join(mp.name for mp in missing)}")
-            prepared = {mp.name: mp for mp in self._processes(host)}
-            for mp in missing:
-                launched[mp.name] = (host, self._spawn(host, prepared[mp.name]))
+            futures = [pool.submit(self._start_host, host, missing, progress) for host, missing in todo]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        for future in futures:
+            for name, popen, host in [] if future.exception() else future.result():
+                launched[name] = (host, popen)  # what did start is stopped again if another host failed
+        if errors:
+            raise errors[0]
+
+    def _start_host(self, host: Host, missing: list[ManagedProcess], progress: Progress) -> list:
+        self.service(host).prepare()
+        progress(f"{host.name} ({host.address}): starting {', '.join(mp.name for mp in missing)}")
+        # Built again after prepare, as `Stack` does: what prepare made can change the processes' arguments
+        prepared = {mp.name: mp for mp in self._processes(host)}
+        return [(mp.name, self._spawn(host, prepared[mp.name]), host) for mp in missing]
 
     def _spawn(self, host: Host, mp: ManagedProcess) -> subprocess.Popen:
         wrapped = dataclasses.replace(
@@ -187,12 +197,10 @@ class Cluster:
         """Stop every service, SIGKILL what is left on each host, delete namespaces, cables and bridge."""
         with self._lock():
             stopped = []
-            for wave in STOP_WAVES:
-                # Brokers one after another, highest id first (as `KafkaService.stop` does on one host)
-                chains = [list(reversed(self._hosts_of([s]))) for s in wave]
-                with concurrent.futures.ThreadPoolExecutor(max_workers=len(chains)) as pool:
-                    for names in pool.map(lambda chain: self._stop_chain(chain, progress), chains):
-                        stopped += names
+            chains = [[h for s in chain for h in reversed(self._hosts_of([s]))] for chain in STOP_CHAINS]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(chains)) as pool:
+                for names in pool.map(lambda chain: self._stop_chain(chain, progress), chains):
+                    stopped += names
             for host in self.hosts.values():
                 if netns.kill(host):
                     progress(f"{host.name}: killed what was left")

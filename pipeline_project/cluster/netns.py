@@ -9,18 +9,25 @@ import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from pipeline_project.stack.errors import StackError
 
 from .topology import ClusterSpec, Host
 
-# Runs first inside the host's namespace (as root; `ip netns exec` has just made a private mount namespace):
-# the host's own scratch dir becomes its /tmp, then the real command replaces the shell (same pid).
-PRIVATE_TMP = 'mount --bind "$1" /tmp && shift && exec "$@"'
+# Runs first inside the host's namespace (as root; `ip netns exec` has just made a private mount namespace and
+# `unshare --uts` a private hostname): the host gets its name, its own scratch dir becomes its /tmp, then the real
+# command replaces the shell (same pid).
+ON_HOST = 'hostname "$1" && mount --bind "$2" /tmp && shift 2 && exec "$@"'
+ETC_NETNS = Path("/etc/netns")
+# `ip netns exec` mounts these over /etc/hosts and /etc/resolv.conf: names of the cluster's hosts, and no DNS server
+# (none is reachable from the subnet; glibc then fails a lookup at once instead of timing out)
+RESOLV_CONF = "# the cluster network has no DNS: host names are in /etc/hosts\noptions timeout:1 attempts:1\n"
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -50,8 +57,9 @@ def link_is_up(name: str) -> bool | None:
 
 
 def wrap(host: Host, cmd: Sequence[str]) -> tuple[str, ...]:
-    """argv that runs `cmd` on `host`: inside its namespace, with its own /tmp."""
-    return ("ip", "netns", "exec", host.netns, "sh", "-c", PRIVATE_TMP, "sh", str(host.tmp), *cmd)
+    """argv that runs `cmd` on `host`: inside its namespace, with its own hostname and /tmp."""
+    return ("ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c", ON_HOST, "sh", host.name, str(host.tmp),
+            *cmd)  # fmt: skip
 
 
 def check_subnet_free(spec: ClusterSpec) -> None:
@@ -77,7 +85,12 @@ def create(spec: ClusterSpec, hosts: Sequence[Host]) -> None:
         ip("addr", "add", f"{spec.gateway}/{spec.network.prefixlen}", "dev", spec.bridge)
     ip("link", "set", spec.bridge, "up")
     existing = namespaces()
+    names = "".join(f"{h.address}\t{h.name}\n" for h in hosts)
     for host in hosts:
+        etc = ETC_NETNS / host.netns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(f"127.0.0.1\tlocalhost\n::1\tlocalhost\n{names}")
+        (etc / "resolv.conf").write_text(RESOLV_CONF)
         if host.netns not in existing:
             ip("netns", "add", host.netns)
         ip("-n", host.netns, "link", "set", "lo", "up")
@@ -128,12 +141,16 @@ def delete(spec: ClusterSpec, hosts: Sequence[Host]) -> None:
             ip("link", "del", host.veth)  # takes its peer, the host's eth0, with it
         if host.netns in existing:
             ip("netns", "del", host.netns)
+        shutil.rmtree(ETC_NETNS / host.netns, ignore_errors=True)
     if link_exists(spec.bridge):
         ip("link", "del", spec.bridge)
+    with contextlib.suppress(OSError):
+        ETC_NETNS.rmdir()  # only when no other namespace keeps files there
 
 
 def leftovers(spec: ClusterSpec, hosts: Sequence[Host]) -> list[str]:
     """Namespaces and links of this cluster that still exist (empty after a clean `down`)."""
     found = [f"netns {h.netns}" for h in hosts if h.netns in namespaces()]
     found += [f"link {name}" for name in [spec.bridge, *(h.veth for h in hosts)] if link_exists(name)]
+    found += [str(ETC_NETNS / h.netns) for h in hosts if (ETC_NETNS / h.netns).exists()]
     return found

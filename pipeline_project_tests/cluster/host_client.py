@@ -28,8 +28,9 @@ def topic(name: str) -> dict:
     return {"partitions": layout.partitions, "replication_factor": layout.replication_factor, **layout.config}
 
 
-def produce(name: str, count: int, tag: str, timeout: float) -> dict:
-    """`count` messages with acks=all (the project's producer defaults); fails unless every one is acknowledged."""
+def produce(name: str, count: int, tag: str, timeout: float, ensure: bool) -> dict:
+    """`count` messages with acks=all (the project's producer defaults); `ensure`: make the topic first if missing."""
+    layout = topic(name) if ensure else None
     producer = Producer({**_kafka().producer_config(), "message.timeout.ms": int(timeout * 1000)})
     errors: list[str] = []
     delivered: list[tuple[int, int]] = []
@@ -45,6 +46,7 @@ def produce(name: str, count: int, tag: str, timeout: float) -> dict:
         producer.produce(name, key=str(i).encode(), value=f"{tag}-{i}".encode(), on_delivery=report)
     producer.flush(timeout + 10)
     return {
+        "topic": layout,
         "acks": producer_acks(),
         "delivered": len(delivered),
         "errors": errors,
@@ -75,12 +77,6 @@ def consume(name: str, partitions: int, timeout: float) -> dict:
     return {"values": sorted(values), "end_offsets": ends}
 
 
-def isr(name: str) -> dict:
-    metadata = AdminClient(_kafka().admin_config()).list_topics(name, timeout=10)
-    parts = metadata.topics[name].partitions
-    return {"isr": {str(p): sorted(parts[p].isrs) for p in parts}, "leaders": {str(p): parts[p].leader for p in parts}}
-
-
 def s3_roundtrip(key: str, body: str) -> dict:
     settings = Settings()
     client = settings.s3_client()
@@ -92,29 +88,25 @@ def s3_roundtrip(key: str, body: str) -> dict:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("topic").add_argument("name")
     p = sub.add_parser("produce")
     p.add_argument("name")
     p.add_argument("count", type=int)
     p.add_argument("--tag", default="m")
     p.add_argument("--timeout", type=float, default=60.0)
+    # `ensure_topic` asks librdkafka's idea of the controller, which can be a cut broker: it then times out
+    p.add_argument("--existing", action="store_true", help="the topic exists: skip ensure_topic")
     c = sub.add_parser("consume")
     c.add_argument("name")
     c.add_argument("--partitions", type=int, default=3)
     c.add_argument("--timeout", type=float, default=30.0)
-    sub.add_parser("isr").add_argument("name")
     s = sub.add_parser("s3")
     s.add_argument("key")
     s.add_argument("body")
     args = parser.parse_args(argv)
-    if args.cmd == "topic":
-        out = topic(args.name)
-    elif args.cmd == "produce":
-        out = produce(args.name, args.count, args.tag, args.timeout)
+    if args.cmd == "produce":
+        out = produce(args.name, args.count, args.tag, args.timeout, ensure=not args.existing)
     elif args.cmd == "consume":
         out = consume(args.name, args.partitions, args.timeout)
-    elif args.cmd == "isr":
-        out = isr(args.name)
     else:
         out = s3_roundtrip(args.key, args.body)
     print(json.dumps(out))
