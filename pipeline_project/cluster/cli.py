@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -171,6 +170,6 @@ def exec_cmd(ctx: typer.Context, host: HostArg) -> None:
     try:
         result = ctx.obj.exec(host, argv)
     except Exception as err:  # noqa: BLE001
-        raise _fail(StackError(f"{shlex.join(argv)}: {err}")) from None
+        raise _fail(err) from None
     # a command killed by a signal exits as a shell reports it: 128 + the signal's number
     raise typer.Exit(result.returncode if result.returncode >= 0 else 128 - result.returncode)
