@@ -138,3 +138,21 @@ def test_a_scan_over_several_ticks_finds_keys_that_land_behind_and_ahead_of_it(h
         listed = Counter(k for b in registered for k in (o.key for o in read_manifest(s3, layout.bucket, b).objects))
     assert sorted(listed) == sorted(keys), sorted(set(keys) - set(listed))
     assert all(n == 1 for n in listed.values()), [k for k, n in listed.items() if n > 1]
+
+
+def test_keys_interleaved_across_source_prefixes_are_each_batched_on_the_next_tick(healthy_stack):
+    """On the real S3 server (its Delimiter listing): each source prefix sorts before the one used before it, and
+    with no scans after the first tick every key is still in the batch of the tick right after its upload."""
+    uid = uuid.uuid4().hex[:8]
+    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", full_scan_every=0, source_prefix_depth=1)
+    res = build_resources(healthy_stack.settings())
+    s3 = res["s3"].get_client()
+    with dg.instance_for_test() as instance:
+        daemon = Daemon(instance, {"s3": res["s3"], "layout": layout})
+        for i in range(9):
+            key = f"{layout.raw_prefix}{['web', 'code', 'books'][i % 3]}/{i:04d}.txt"
+            s3.put_object(Bucket=layout.bucket, Key=key, Body=f"document {key} " * 20)
+            before = set(instance.get_dynamic_partitions(batches.name))
+            daemon.tick()
+            new = set(instance.get_dynamic_partitions(batches.name)) - before
+            assert [[o.key for o in read_manifest(s3, layout.bucket, b).objects] for b in new] == [[key]], key
