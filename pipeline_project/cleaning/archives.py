@@ -25,6 +25,8 @@ _IN_CHUNK = 64 * 1024
 # per call keeps each call's output within the room left (plus at most 64 * 65536 bytes at the very end).
 _ZSTD_WORST_RATIO = 1 << 16
 _ZSTD_MIN_CHUNK = 64
+# the most one step yields, whatever the limit: a bomb never puts more than this in memory at once
+_MAX_PIECE = 16 << 20
 
 
 def codec_of(data: bytes | bytearray, named: str | None) -> str | None:
@@ -52,7 +54,7 @@ def _gunzip(blocks: Iterable, limit: int) -> Iterator[bytes]:
     for chunk in _pieces(blocks):
         while chunk:  # one gzip member per `dec`; a member's end leaves the next one's bytes in unused_data
             fed = True
-            out = dec.decompress(chunk, limit + 1 - total)
+            out = dec.decompress(chunk, min(limit + 1 - total, _MAX_PIECE))
             total += len(out)
             if total > limit:
                 raise _too_large(limit)
@@ -71,7 +73,8 @@ def _unzstd(blocks: Iterable, limit: int) -> Iterator[bytes]:
     for piece in _pieces(blocks):
         view = memoryview(piece)
         while view:  # one zstd frame per `dec`
-            step = max(_ZSTD_MIN_CHUNK, min(_IN_CHUNK, (limit + 1 - total) // _ZSTD_WORST_RATIO))
+            room = min(limit + 1 - total, _MAX_PIECE)
+            step = max(_ZSTD_MIN_CHUNK, min(_IN_CHUNK, room // _ZSTD_WORST_RATIO))
             chunk, view = view[:step], view[step:]
             fed = True
             out = dec.decompress(chunk)
@@ -89,7 +92,7 @@ def _unzstd(blocks: Iterable, limit: int) -> Iterator[bytes]:
 
 def inflate_stream(blocks: Iterable[bytes | bytearray | memoryview], codec: str, limit: int) -> Iterator[bytes]:
     """The decompressed bytes of an archive given as a sequence of blocks, piece by piece (at most about 64 KiB
-    of input per step, so memory holds one piece, not the object).
+    of input and `_MAX_PIECE` of output per step, so memory holds one piece, not the object).
 
     Raises, at the point it is found: DecompressedTooLargeError past `limit` output bytes, TruncatedArchiveError
     when the input ends inside a member / frame, and zlib.error / zstandard.ZstdError on corrupt input.

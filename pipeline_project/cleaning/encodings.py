@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterable, Iterator
 
 from pipeline_project.cleaning.config import ReaderConfig
-from pipeline_project.cleaning.errors import UndecodableError
+from pipeline_project.cleaning.errors import DocumentTooLargeError, UndecodableError
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _WIDE_BOMS = (
@@ -83,20 +84,48 @@ def wide_codecs(data: bytes | bytearray) -> tuple[list[str], bool]:
     return out, False
 
 
-def transcode_wide(data: bytes | bytearray, truncated: bool) -> tuple[bytes | bytearray, str | None]:
+_PIECE = 1 << 20
+
+
+def transcode_wide(
+    data: bytes | bytearray, truncated: bool, limit: int | None = None
+) -> tuple[bytes | bytearray, str | None]:
     """UTF-16/32 bytes re-encoded as UTF-8 (so lines split on b"\\n"), and their codec; other bytes unchanged.
 
-    Raises UndecodableError when a BOM names a wide codec that the bytes do not decode in.
+    Transcoded a piece at a time, so memory holds `data`, the output so far and one piece: the output never
+    passes `limit` bytes (DocumentTooLargeError). Raises UndecodableError when a BOM names a wide codec that the
+    bytes do not decode in.
     """
     names, bommed = wide_codecs(data)
     for name in names:
         unit = 4 if "32" in name else 2
-        body = data[: len(data) - len(data) % unit] if truncated else data
+        body = memoryview(data)[: len(data) - len(data) % unit] if truncated else memoryview(data)
         try:
-            text = body.decode(name)
+            return _transcode(body, name, limit), name
         except UnicodeDecodeError:
             continue
-        return text.encode("utf-8", errors="replace"), name
     if bommed:
         raise UndecodableError(f"a {names[0].upper()} byte-order mark, but the bytes after it are not {names[0]}")
     return data, None
+
+
+def _transcode(body: memoryview, name: str, limit: int | None) -> bytearray:
+    out = bytearray()
+    for piece in transcode_stream((body[i : i + _PIECE] for i in range(0, len(body), _PIECE)), name):
+        out += piece
+        if limit is not None and len(out) > limit:
+            raise DocumentTooLargeError(f"transcodes from {name} past {limit} bytes")
+    return out
+
+
+def transcode_stream(pieces: Iterable[bytes | bytearray | memoryview], name: str) -> Iterator[bytes]:
+    """`pieces` of `name`-encoded text as UTF-8, piece by piece (strict: UnicodeDecodeError on invalid input,
+    and on input that ends inside a character)."""
+    decoder = codecs.getincrementaldecoder(name)("strict")
+    for piece in pieces:
+        text = decoder.decode(piece)
+        if text:
+            yield text.encode("utf-8", errors="replace")
+    text = decoder.decode(b"", final=True)
+    if text:
+        yield text.encode("utf-8", errors="replace")

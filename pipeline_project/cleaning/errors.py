@@ -23,5 +23,9 @@ class DecompressedTooLargeError(CleaningError):
     """An archive inflates past the configured limit (a decompression bomb, or just too big)."""
 
 
+class DocumentTooLargeError(CleaningError):
+    """A document grows past the document limit while it is transcoded."""
+
+
 class UndecodableError(CleaningError):
     """No text encoding fits the bytes."""
