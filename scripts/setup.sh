@@ -53,4 +53,21 @@ if [ ! -f "$STRIMZI_CRDS/.complete" ]; then
     io.strimzi.api.kafka.model.user.KafkaUser="$STRIMZI_CRDS/044-Crd-kafkauser.yaml" >/dev/null
   touch "$STRIMZI_CRDS/.complete"
 fi
+# prometheus-operator's CRDs (PodMonitor, ServiceMonitor, PrometheusRule) for the deploy/k8s/monitoring checks:
+# the Go module proxy serves the operator's module, whose example/prometheus-operator-crd holds them. Once.
+PROM_CRDS=build/prometheus-operator/crds
+PROM_OPERATOR=github.com/prometheus-operator/prometheus-operator@v0.85.0
+if [ ! -f "$PROM_CRDS/.complete" ]; then
+  echo "==> fetching $PROM_OPERATOR CRDs into $PROM_CRDS"
+  gomod=$(mktemp -d)
+  dir=$(cd "$gomod" && GOPATH="$gomod" GOFLAGS=-mod=mod go mod download -json "$PROM_OPERATOR" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$PROM_CRDS"
+  for kind in podmonitors servicemonitors prometheusrules; do
+    cp "$dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$PROM_CRDS/"
+  done
+  chmod -R u+w "$gomod" && rm -rf "$gomod"
+  chmod u+w "$PROM_CRDS"/*.yaml
+  touch "$PROM_CRDS/.complete"
+fi
 echo "==> setup done"

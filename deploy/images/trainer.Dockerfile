@@ -21,9 +21,11 @@ ENV PATH=/opt/venv/bin:$PATH \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY pipeline_project ./pipeline_project
-RUN pip install . \
+# the gpu extra: nvidia-ml-py (pynvml), which MLflow's system metrics read GPU utilization and memory through.
+# Every path compose or Kubernetes mounts is made here and owned by the runtime user (else Docker creates it as root).
+RUN pip install "./[gpu]" \
     && useradd --create-home --uid 10001 pipeline \
-    && mkdir -p /opt/dagster/dagster_home /scratch \
+    && mkdir -p /opt/dagster/dagster_home /opt/dagster/dagster_home/storage /opt/dagster/app /scratch \
     && chown -R pipeline /opt/dagster /scratch
 WORKDIR /scratch
 USER 10001

@@ -23,8 +23,9 @@ COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     DAGSTER_HOME=/opt/dagster/dagster_home
+# every path compose mounts is made here and owned by the runtime user (else Docker creates it as root)
 RUN useradd --create-home --uid 10001 pipeline \
-    && mkdir -p /opt/dagster/dagster_home /opt/dagster/app \
+    && mkdir -p /opt/dagster/dagster_home /opt/dagster/dagster_home/storage /opt/dagster/app \
     && chown -R pipeline /opt/dagster
 WORKDIR /opt/dagster/app
 USER 10001

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
@@ -85,8 +86,15 @@ class TrainerLaunch(dg.Config):
     """Secret name -> mount path, e.g. the Kafka cluster CA at the KAFKA_SSL_CA_LOCATION the run pod uses."""
     env: dict[str, str] = Field(default_factory=dict)
     """Plain (non-secret) env vars for the trainer, e.g. NCCL_DEBUG."""
+    env_config_maps: list[str] = Field(default_factory=list)
+    """ConfigMaps whose keys become the trainer's env (envFrom), e.g. the deployment's settings ConfigMap."""
+    metrics_port: int = 0
+    """PIPELINE_METRICS_PORT of the deployment: the pod declares port `metrics-r<i>` = metrics_port + i per local
+    rank, for a PodMonitor to find (0: none)."""
     labels: dict[str, str] = Field(default_factory=dict)
-    pod_wait_timeout_s: float = 7 * 86400.0
+    pod_wait_timeout_s: float = 86400.0
+    """How long the run waits for the trainer pod; also the pod's activeDeadlineSeconds, so a hung trainer pod
+    is killed, its step fails and the run's slot frees."""
     delete_pod_on_completion: bool = True
 
     @classmethod
@@ -124,19 +132,32 @@ def pod_command(gpus: int) -> list[str]:
     return ["torchrun", "--standalone", "--nnodes=1", f"--nproc-per-node={max(1, gpus)}", *entry_args()]
 
 
-def multinode_command(name: str, nodes: int, gpus: int) -> list[str]:
-    """torchrun across `nodes` pods of a JobSet: c10d rendezvous on the first pod's stable DNS name.
+def multinode_command(
+    name: str,
+    nodes: int,
+    gpus: int,
+    *,
+    endpoint: str | None = None,
+    max_restarts: int = 0,
+    torchrun: Sequence[str] = ("torchrun",),
+) -> list[str]:
+    """torchrun across `nodes` nodes of `max(1, gpus)` processes each: c10d rendezvous at `endpoint`.
 
-    c10d assigns the node ranks itself (torchrun ignores --node-rank for it); NODE_RANK is in the env for logs.
+    The JobSet passes no endpoint: the first pod's stable DNS name. Other transports (the namespace cluster's
+    `cluster exec`, docs/cluster.md) name the first node's host and how torchrun is started there. c10d assigns
+    the node ranks itself (torchrun ignores --node-rank for it); NODE_RANK is in the env for logs. With
+    `max_restarts`, torchrun restarts every node's workers after a failure, re-forming the group.
     """
-    endpoint = f"{name}-node-0-0.{name}:{RDZV_PORT}"
+    endpoint = endpoint or f"{name}-node-0-0.{name}:{RDZV_PORT}"
+    restarts = [f"--max-restarts={max_restarts}"] if max_restarts else []
     return [
-        "torchrun",
+        *torchrun,
         f"--nnodes={nodes}",
         f"--nproc-per-node={max(1, gpus)}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id={name}",
+        *restarts,
         *entry_args(),
     ]
 
@@ -175,7 +196,17 @@ def k8s_pod_spec(launch: TrainerLaunch, command: list[str] | None = None) -> dic
         "resources": {k: v for k, v in {"limits": limits, "requests": requests}.items() if v},
         "volumeMounts": mounts,
     }
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container], "volumes": volumes}
+    if launch.env_config_maps:
+        container["envFrom"] = [{"configMapRef": {"name": name}} for name in launch.env_config_maps]
+    if launch.metrics_port:
+        ranks = range(max(1, launch.gpus_per_pod))
+        container["ports"] = [{"name": f"metrics-r{i}", "containerPort": launch.metrics_port + i} for i in ranks]
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": int(launch.pod_wait_timeout_s),
+        "containers": [container],
+        "volumes": volumes,
+    }
     if launch.service_account:
         spec["serviceAccountName"] = launch.service_account
     if launch.node_selector:
@@ -240,6 +271,7 @@ def jobset_manifest(
     if nodes < 1:
         raise ValueError("nodes must be >= 1")
     spec = k8s_pod_spec(launch, command=multinode_command(name, nodes, launch.gpus_per_pod))
+    del spec["activeDeadlineSeconds"]  # a hand-started JobSet runs as long as its operator lets it
     container = spec["containers"][0]
     container["env"] = [
         {"name": JOB_CONFIG_ENV, "valueFrom": {"configMapKeyRef": {"name": job_configmap, "key": JOB_CONFIG_KEY}}},
@@ -252,7 +284,7 @@ def jobset_manifest(
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         *container["env"],
     ]
-    container["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
+    container["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}, *container.get("ports", [])]
     job_spec = {
         "parallelism": nodes,
         "completions": nodes,
@@ -286,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-configmap", default="deepseek-job")
     parser.add_argument("--service-account", default="pipeline-trainer")
     parser.add_argument("--kafka-ca-secret", help="Secret with the Kafka cluster CA, mounted at /etc/kafka-ca")
+    parser.add_argument("--settings-configmap", default="pipeline-settings", help="ConfigMap taken as env (envFrom)")
+    parser.add_argument("--metrics-port", type=int, default=9400, help="PIPELINE_METRICS_PORT of that ConfigMap")
     args = parser.parse_args(argv)
     launch = TrainerLaunch(
         launcher="k8s",
@@ -293,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
         gpus_per_pod=args.gpus_per_node,
         service_account=args.service_account,
         secret_volumes={args.kafka_ca_secret: "/etc/kafka-ca"} if args.kafka_ca_secret else {},
+        env_config_maps=[args.settings_configmap] if args.settings_configmap else [],
+        metrics_port=args.metrics_port,
     )
     manifest = jobset_manifest(
         launch, name=args.name, nodes=args.nodes, job_configmap=args.job_configmap, namespace=args.namespace

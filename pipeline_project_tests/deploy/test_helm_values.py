@@ -1,10 +1,13 @@
 """deploy/k8s/dagster/values.yaml, for Dagster's Helm chart 1.13.
 
-The chart itself is on no registry this project's CI reaches, so `helm template` cannot render it here, and
-its values.schema.json cannot be fetched either. What is checked instead:
-- every key path the values use is one the chart's values schema defines (`CHART_KEYS`, transcribed from the
-  chart's schema models, helm/dagster/schema in the dagster repository, 1.13 line); an unknown or misspelt key
-  fails;
+The chart itself is on no registry this project's CI reaches (not on PyPI, npm or Maven Central: dagster-k8s
+ships the launcher, not the chart), so `helm template` cannot render it here, and its values.schema.json cannot
+be fetched either. What is checked instead:
+- every key path the values use is one the chart's values schema defines (`CHART_KEYS`, transcribed by hand from
+  the chart's schema models, helm/dagster/schema in the dagster repository, 1.13 line); an unknown or misspelt key
+  fails. Not checked: value types and enums of that schema, and keys of the chart newer than the transcription;
+- the instance the chart renders from runMonitoring, runRetries and computeLogManager (the templates' key maps,
+  test_instance_config.py) against Dagster's own instance schema, so a key the templates drop fails there;
 - the Kubernetes pieces inside the values (env, volumes, mounts, resources, the run pod's spec) are checked
   against Kubernetes' own schemas, inside a Pod;
 - the instance policy equals deploy/dagster/dagster.yaml (run queue, limits, pools, retries, monitoring);
@@ -103,7 +106,7 @@ CHART_KEYS: dict[str, Any] = {
                     "containerConfig": K8S_CONTAINER,
                     "podSpecConfig": K8S_POD_SPEC,
                     "podTemplateSpecMetadata": ANY,
-                    "jobSpecConfig": ANY,
+                    "jobSpecConfig": ANY,  # validated as a batch/v1 JobSpec in test_instance_config.py
                     "jobMetadata": ANY,
                 },
             }
@@ -133,6 +136,13 @@ CHART_KEYS: dict[str, Any] = {
             "freeSlotsAfterRunEndSeconds": ANY,
         },
         "runRetries": {"enabled": ANY, "maxRetries": ANY},
+        "envSecrets": [{"name": ANY, "optional": ANY}],
+    },
+    "dagsterWebserver": {"envSecrets": [{"name": ANY, "optional": ANY}]},
+    "computeLogManager": {
+        "type": ANY,
+        # the S3 keys are checked against what _compute-log-manager.tpl reads in test_instance_config.py
+        "config": {"s3ComputeLogManager": ANY},
     },
     "concurrency": {
         "enabled": ANY,
@@ -212,7 +222,14 @@ def test_the_instance_policy_equals_deploy_dagster_yaml():
         daemon["runCoordinator"]["enabled"] and instance["run_coordinator"]["class"] == daemon["runCoordinator"]["type"]
     )
     assert daemon["runRetries"] == _camel_keys(instance["run_retries"])
-    assert daemon["runMonitoring"] == _camel_keys(instance["run_monitoring"])
+    # max_runtime_seconds is not passed on by the chart: its equivalent is the run Job's activeDeadlineSeconds
+    monitoring = {k: v for k, v in instance["run_monitoring"].items() if k != "max_runtime_seconds"}
+    assert daemon["runMonitoring"] == _camel_keys(monitoring)
+    job_spec = values["runLauncher"]["config"]["k8sRunLauncher"]["runK8sConfig"]["jobSpecConfig"]
+    assert job_spec["activeDeadlineSeconds"] == instance["run_monitoring"]["max_runtime_seconds"]
+    s3_logs = values["computeLogManager"]["config"]["s3ComputeLogManager"]
+    logs = instance["compute_logs"]["config"]
+    assert (s3_logs["prefix"], s3_logs["uploadInterval"]) == (logs["prefix"], logs["upload_interval"])
     concurrency = values["concurrency"]
     assert concurrency["enabled"] is True
     assert {k: v for k, v in concurrency.items() if k != "enabled"} == _camel_keys(instance["concurrency"])

@@ -189,6 +189,8 @@ def test_the_committed_multinode_recipe_is_what_the_code_renders():
         gpus_per_pod=8,
         service_account="pipeline-trainer",
         secret_volumes={"pipeline-kafka-cluster-ca-cert": "/etc/kafka-ca"},
+        env_config_maps=["pipeline-settings"],
+        metrics_port=9400,
     )
     rendered = jobset_manifest(
         launch, name="deepseek-multinode", nodes=2, job_configmap="deepseek-job", namespace="pipeline"
