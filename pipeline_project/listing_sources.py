@@ -88,7 +88,6 @@ def discover(client, bucket: str, prefix: str, depth: int, after: str | None, pa
 
 def _read_source(client, bucket, source, after, cursor, limits, taken, versions, low, fits, listed):
     """New objects of one source after `after`, up to the append listing's `start_after`."""
-    full = False
     while True:
         kwargs = {"Bucket": bucket, "Prefix": source, "MaxKeys": limits.page_keys}
         if after:
@@ -96,15 +95,15 @@ def _read_source(client, bucket, source, after, cursor, limits, taken, versions,
         page = client.list_objects_v2(**kwargs)
         for item in page.get("Contents", []):
             if item["Key"] > cursor.start_after:
-                return after, full, True
+                return after, False
             obj = listed(item)
             if obj is not None and not (versions and _taken(obj, versions)) and _since(obj, low):
                 if not fits(taken, obj, limits):
-                    return after, True, False
+                    return after, True
                 taken.append(obj)
             after = item["Key"]
         if not page.get("IsTruncated"):
-            return after, full, True
+            return after, False
 
 
 def _since(obj, low) -> bool:
@@ -141,7 +140,7 @@ def source_tick(client, bucket: str, prefix: str, cursor, limits, taken: list, c
         if len(taken) >= limits.max_objects or clock() - t0 >= limits.source_seconds:
             break
         n = len(taken)
-        after, full, _ = _read_source(
+        after, full = _read_source(
             client, bucket, p, tracked[p][0], cursor, limits, taken, versions, low, _fits, _listed
         )
         tracked[p] = (after, now if len(taken) > n or tracked[p][0] is None else tracked[p][1])
