@@ -31,8 +31,8 @@ class ReaderConfig(BaseModel):
     max_document_bytes: int = 64 * 1024 * 1024
     # decompression-bomb guard, enforced while inflating: an archive whose output passes this is quarantined
     # `decompressed_too_large`, and an object (compressed or not) larger than this `object_too_large`.
-    # JSONL streams (`readers.read_stream`), so memory does not depend on it; a .txt / .html object, a JSONL
-    # object in UTF-16/32, and a JSONL object of one block are held whole, up to this size.
+    # JSONL is read line by line (UTF-16/32 transcoded on the way), so memory does not depend on it; a .txt /
+    # .html object is held whole up to max_document_bytes only.
     max_decompressed_bytes: int = 1024 * 1024 * 1024
     # strict UTF-8 first; with at most this fraction of invalid bytes, decode with U+FFFD instead of guessing
     max_invalid_utf8_fraction: float = 0.001

@@ -1,6 +1,7 @@
 """Turn one raw object (key + bytes, or key + blocks of bytes) into Documents, or Quarantined records for what
-cannot be read. `read_object` reads bytes in hand; `read_stream` reads an object as its blocks arrive, and
-parses a JSONL object line by line in memory that does not grow with it.
+cannot be read. `read_object` reads bytes in hand; `read_stream` reads an object as its blocks arrive. Both
+parse a JSONL object line by line in memory that does not grow with it, and inflate and transcode a .txt / .html
+document only up to `reader.max_document_bytes`. The formats' parsers are in `reader_formats.py`.
 
 The guarantee: `read_object` never raises on input, and every object yields at least one record. A failure
 of one record (a JSONL line) quarantines that record and the rest of the object is still read; a failure of
@@ -53,12 +54,14 @@ REASONS = {
     "object_too_large": "the object is larger than reader.max_decompressed_bytes",
     "corrupt_archive": "gzip / zstd data that cannot be decompressed",
     "truncated_archive": "the archive ends before its end marker (complete JSONL lines before the cut are kept)",
-    "decompressed_too_large": "the archive inflates past reader.max_decompressed_bytes (checked while inflating)",
+    "decompressed_too_large": "the archive inflates past its limit, checked while inflating: a .txt / .html one "
+    "past reader.max_document_bytes, a JSONL one past reader.max_decompressed_bytes",
     "empty_object": "the object holds nothing but whitespace",
     "nul_bytes": "NUL bytes in text (a JSONL line, or a .txt / .html object)",
     "binary_content": "more control bytes than reader.max_control_byte_fraction: not text",
     "undecodable": "no text encoding fits (or a UTF-16/32 BOM with invalid data after it)",
-    "document_too_large": "a .txt / .html document larger than reader.max_document_bytes",
+    "document_too_large": "a .txt / .html document larger than reader.max_document_bytes (checked while inflating "
+    "and transcoding)",
     "line_too_long": "a line longer than reader.max_line_bytes",
     "bad_json_line": "a JSONL line that is not valid JSON",
     "json_too_deep": "a JSONL line nested deeper than the JSON parser's recursion limit",
@@ -128,7 +131,7 @@ def _read(key: str, blocks: Iterable[bytes], first: bytes, config: CleaningConfi
     payload = bytearray()
     for piece in _stream_failures(raw, codec, config, outcome, cfg.max_document_bytes):
         payload += piece
-    if outcome and outcome[0][0] in ("decompressed_too_large", "object_too_large"):
+    if outcome and outcome[0][0] == "object_too_large":
         yield Quarantined(key, key, "document_too_large", f"more than {cfg.max_document_bytes} bytes")
     elif outcome and outcome[0][0] != "truncated_archive":
         yield Quarantined(key, key, *outcome[0])

@@ -72,13 +72,13 @@ BOMBS = {
     "utf16_jsonl_gz": ("wide.jsonl.gz", lambda: _gzip_bomb(16 * MB, LINE)),
 }
 EXPECTED = {
-    "gzip_txt": "document_too_large",
-    "zstd_txt": "document_too_large",
-    "gzip_html": "document_too_large",
+    "gzip_txt": "decompressed_too_large",
+    "zstd_txt": "decompressed_too_large",
+    "gzip_html": "decompressed_too_large",
     "gzip_jsonl_line": "decompressed_too_large",
     "zstd_jsonl_line": "decompressed_too_large",
     "utf16_txt": "document_too_large",
-    "utf16_txt_gz": "document_too_large",
+    "utf16_txt_gz": "decompressed_too_large",
 }
 
 
