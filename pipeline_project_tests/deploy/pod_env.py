@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from pipeline_project.resources.launchers import TrainerLaunch, jobset_manifest, k8s_pod_spec
+from pipeline_project.resources.launchers import TrainerLaunch, jobset_manifest, k8s_pod_spec, render_k8s_pod
 from pipeline_project_tests.deploy.helpers import COMPOSE, K8S, REPO, k8s_manifests
 
 ENV_NAME = r"[A-Z][A-Z0-9_]{2,}"
@@ -60,7 +60,12 @@ def trainer_launch() -> TrainerLaunch:
 
 
 def trainer_pod_env() -> set[str]:
-    return container_env(k8s_pod_spec(trainer_launch())["containers"][0])
+    """The trainer Pod as PipesK8sClient builds it (dagster-k8s's build_pod_body) from the cluster's launch."""
+    from pipeline_project_tests.deploy.test_trainer_job_env import _job
+
+    pod = render_k8s_pod(trainer_launch(), _job())
+    assert k8s_pod_spec(trainer_launch())["containers"][0]["envFrom"] == pod["spec"]["containers"][0]["envFrom"]
+    return container_env(pod["spec"]["containers"][0])
 
 
 def jobset_pod_env() -> set[str]:

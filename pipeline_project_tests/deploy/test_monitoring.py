@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from pipeline_project.resources.launchers import k8s_pod_meta, k8s_pod_spec
+from pipeline_project.resources.launchers import k8s_pod_meta, render_k8s_pod
 from pipeline_project_tests.deploy import pod_env
 from pipeline_project_tests.deploy.helpers import (
     COMPOSE,
@@ -82,8 +82,11 @@ def test_the_trainer_pod_declares_the_metrics_ports_the_pod_monitor_keeps():
     settings = pod_env.settings_data()
     launch = pod_env.trainer_launch()
     assert launch.metrics_port == int(settings["PIPELINE_METRICS_PORT"]) > 0
-    container = k8s_pod_spec(launch)["containers"][0]
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    from pipeline_project_tests.deploy.test_trainer_job_env import _job
+
+    pod = render_k8s_pod(launch, _job())  # as PipesK8sClient builds it
+    validate_k8s(pod)
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
     assert ports == {f"metrics-r{i}": launch.metrics_port + i for i in range(launch.gpus_per_pod)}
     monitor = _one("PodMonitor", "pipeline-trainer")
     assert _labels_match(monitor["spec"]["selector"], k8s_pod_meta(launch)["labels"])
