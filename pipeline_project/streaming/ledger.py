@@ -67,6 +67,11 @@ def merge_ranges(a: dict[int, tuple[int, int]], b: dict[int, tuple[int, int]]) -
     return dict(sorted(out.items()))
 
 
+def fingerprint_of(content_hash: str, tokenizer_hash: str, seq_len: int, packing_hash: str = "") -> tuple:
+    """What makes two productions of a key the same content; plain packing keeps the 3-tuple of older records."""
+    return (content_hash, tokenizer_hash, seq_len) + ((packing_hash,) if packing_hash else ())
+
+
 @dataclass
 class ProduceReport:
     """What one `produce_blocks` call wrote (or, with `reused=True`, found already recorded): the ledger value."""
@@ -101,6 +106,7 @@ class ProduceReport:
     # per domain (messages with a domain header): {"messages", "blocks", "tokens", "pad_tokens", "docs"}
     domains: dict[str, dict[str, int]] = field(default_factory=dict)
     retired_blocks: int = 0  # blocks of retired entries of this key still in the topic (`ledger_retire`)
+    packing_hash: str = ""  # FIM config (`fim.FimPolicy.fingerprint`); "" for plain packing and older records
 
     def to_ledger_json(self) -> bytes:
         d = asdict(self)
@@ -149,8 +155,8 @@ class ProduceReport:
             "retired_blocks": self.retired_blocks,
         }
 
-    def fingerprint(self) -> tuple[str, str, int]:
-        return (self.content_hash, self.tokenizer_hash, self.seq_len)
+    def fingerprint(self) -> tuple:
+        return fingerprint_of(self.content_hash, self.tokenizer_hash, self.seq_len, self.packing_hash)
 
 
 @dataclass
@@ -173,6 +179,7 @@ class ProgressRecord:
     transactional_id: str
     updated_at: float = field(default_factory=time.time)
     domains: dict[str, dict[str, int]] = field(default_factory=dict)  # per domain, as `BatchTotals.domains`
+    packing_hash: str = ""  # as ProduceReport.packing_hash
 
     def to_json(self) -> bytes:
         d = asdict(self)
@@ -186,8 +193,8 @@ class ProgressRecord:
         d["offsets"] = _offsets_from_json(d["offsets"])
         return cls(**_known_fields(cls, d))
 
-    def fingerprint(self) -> tuple[str, str, int]:
-        return (self.content_hash, self.tokenizer_hash, self.seq_len)
+    def fingerprint(self) -> tuple:
+        return fingerprint_of(self.content_hash, self.tokenizer_hash, self.seq_len, self.packing_hash)
 
 
 @dataclass

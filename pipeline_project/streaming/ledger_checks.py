@@ -14,11 +14,12 @@ from pipeline_project.streaming.retirements import Retirement
 
 def check_record(record: Any, fingerprint: tuple, current_id: str, where: str, what: str) -> None:
     if record.fingerprint() != fingerprint:
-        content, tok_hash, seq_len = fingerprint
+        content, tok_hash, seq_len, packing = (*fingerprint, "")[:4]
         raise LedgerConflictError(
             f"{where} {what} content {record.content_hash} (tokenizer {record.tokenizer_hash[:12]}, seq_len "
-            f"{record.seq_len}) at offsets {record.offsets}; refusing to add content {content} (tokenizer "
-            f"{tok_hash[:12]}, seq_len {seq_len}) under the same key. Either give it that content again (the same "
+            f"{record.seq_len}{_packing(getattr(record, 'packing_hash', ''))}) at offsets {record.offsets}; refusing "
+            f"to add content {content} (tokenizer {tok_hash[:12]}, seq_len {seq_len}{_packing(packing)}) under the "
+            "same key. Either give it that content again (the same "
             "input and cleaning config) to finish or reuse it, or retire the entry: pipeline-project ledger retire "
             f"{record.ledger_key} --reason TEXT"
         )
@@ -28,6 +29,10 @@ def check_record(record: Any, fingerprint: tuple, current_id: str, where: str, w
             "deleted and recreated, and those blocks are gone with it. Retire the entry (pipeline-project ledger "
             f"retire {record.ledger_key} --reason TEXT), or use a new ledger key, to produce the batch again"
         )
+
+
+def _packing(packing_hash: str) -> str:
+    return f", packing {packing_hash}" if packing_hash else ", no FIM"
 
 
 def check_not_retired(retired: list[Retirement], content_hash: str, where: str) -> None:

@@ -101,6 +101,7 @@ class DomainPackers:
         self.seq_len = seq_len
         self.eos_id = eos_id
         self.packers: dict[str | None, BlockPacker] = {}
+        self.fim_docs: dict[str | None, int] | None = None  # documents laid out for FIM per domain (None: FIM off)
 
     def _packer(self, domain: str | None) -> BlockPacker:
         if domain not in self.packers:
@@ -142,8 +143,15 @@ class DomainPackers:
         for packer in self.packers.values():
             for k, v in packer.stats().items():
                 total[k] += v
+        if self.fim_docs is not None:
+            total["fim_docs"] = sum(self.fim_docs.values())
         return total
 
     def per_domain(self) -> dict[str, dict[str, int]]:
         """Each labelled domain's packing counts (documents without a domain are left out)."""
-        return {d: p.stats() for d, p in self.packers.items() if d is not None}
+        fim = self.fim_docs
+        return {
+            d: {**p.stats(), **({"fim_docs": fim.get(d, 0)} if fim is not None else {})}
+            for d, p in self.packers.items()
+            if d is not None
+        }

@@ -43,6 +43,7 @@ import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline_project.streaming.errors import LedgerConflictError
+from pipeline_project.streaming.fim import FimApplier, FimPolicy, FimSentinels
 from pipeline_project.streaming.format import TOKEN_BYTES, max_blocks_per_message
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.kafka_stats import KafkaStats
@@ -52,6 +53,7 @@ from pipeline_project.streaming.ledger import (
     ProduceReport,
     ProgressRecord,
     ensure_ledger_topic,
+    fingerprint_of,
     ledger_topic,
     read_ledger,
     read_ledger_records,
@@ -114,6 +116,7 @@ class ProducerConfig(BaseModel):
     text_batch_docs: int = Field(default=512, gt=0)  # texts per encode_batch call
     prefetch_batches: int = Field(default=2, ge=0)  # text batches read ahead in a thread (0: inline)
     pad_tail: bool = True  # the batch's partial last block is padded (format.PAD_TOKEN), not dropped
+    fim: FimPolicy = FimPolicy()  # fill-in-the-middle per domain (`fim`); off by default; part of the fingerprint
 
 
 class TokenizerIdentity(Protocol):
@@ -139,6 +142,7 @@ def produce_blocks(
     transactional_id: str | None = None,
     config: ProducerConfig | None = None,
     ledger_index: LedgerIndex | None = None,
+    packing_hash: str = "",
     _stage_timer: _StageTimer | None = None,
     _packer: DomainPackers | None = None,
 ) -> ProduceReport:
@@ -148,6 +152,8 @@ def produce_blocks(
     carries its `domain` header, and the report counts messages, blocks and tokens per domain.
     `ledger_index` (`ledger_index.PostgresLedgerIndex`): the ledger is read from where the index has it, not from
     the start, so the setup costs the batches written since, not all of them.
+    `packing_hash` names how the documents became blocks beyond tokenizer and seq_len (`FimPolicy.fingerprint`);
+    it is part of the ledger fingerprint ("" for plain packing).
     """
     config = config or ProducerConfig()
     if ledger_key.endswith((PROGRESS_SUFFIX, RETIRED_SUFFIX)):
@@ -169,7 +175,7 @@ def produce_blocks(
             _close_input(items)
             raise
     admin, producer, current_id, records = conn.admin, conn.producer, conn.topic_id, conn.records
-    fingerprint = (content_hash, tokenizer.hash, seq_len)
+    fingerprint = fingerprint_of(content_hash, tokenizer.hash, seq_len, packing_hash)
     where = f"ledger {ledger_topic(topic)} key {ledger_key!r}"
     retired = [r for r in records.retired.get(ledger_key, []) if r.topic_id == current_id]
     existing = records.completed.get(ledger_key)
@@ -221,6 +227,7 @@ def produce_blocks(
             dropped_tokens=_packer.dropped_tokens if _packer else 0,
             transactions=t.transactions, resumed_blocks=t.resumed_blocks, stream_hash=stream_hash,
             domains=_domain_report(t, seq_len, _packer), retired_blocks=sum(r.blocks for r in retired),
+            packing_hash=packing_hash,
         )  # fmt: skip
 
     def progress_record(t: BatchTotals, stream_hash: str) -> ProgressRecord:
@@ -228,7 +235,7 @@ def produce_blocks(
             ledger_key=ledger_key, content_hash=content_hash, tokenizer_hash=tokenizer.hash, seq_len=seq_len,
             topic_id=current_id, transactions=t.transactions, messages=t.messages, blocks=t.blocks, bytes=t.bytes,
             pad_tokens=t.pad_tokens, padded_blocks=t.padded_blocks, offsets=t.offsets, stream_hash=stream_hash,
-            transactional_id=txid, domains=t.domains,
+            transactional_id=txid, domains=t.domains, packing_hash=packing_hash,
         )  # fmt: skip
 
     setup_s = time.perf_counter() - started - ahead_s  # the part of the setup that tokenizing did not hide
@@ -319,9 +326,10 @@ def _close_input(items: Iterator[Any]) -> None:
 
 def _domain_report(t: BatchTotals, seq_len: int, packer: DomainPackers | None) -> dict[str, dict[str, int]]:
     """Per-domain messages, blocks, real tokens, pad tokens (and documents, when the packer is at hand)."""
-    docs = {d: s["docs"] for d, s in packer.per_domain().items()} if packer else {}
+    per = packer.per_domain() if packer else {}
+    keys = ("docs", "fim_docs") if packer is not None and packer.fim_docs is not None else ("docs",)
     return {
-        d: {**c, "tokens": c["blocks"] * seq_len - c["pad_tokens"], "docs": docs.get(d, 0)}
+        d: {**c, "tokens": c["blocks"] * seq_len - c["pad_tokens"], **{k: per.get(d, {}).get(k, 0) for k in keys}}
         for d, c in sorted(t.domains.items())
     }
 
@@ -347,6 +355,9 @@ def _timed_blocks(
     texts: Iterable[Document], tokenizer: Any, packer: DomainPackers, config: ProducerConfig, timer: _StageTimer
 ) -> Iterator[StreamItem]:
     batches = prefetch_batches(texts, config.text_batch_docs, config.prefetch_batches)
+    fim = FimApplier(config.fim, FimSentinels.of(tokenizer)) if config.fim.active else None
+    if fim is not None:
+        packer.fim_docs = fim.counts
     tagged = False
     try:
         while True:
@@ -357,7 +368,8 @@ def _timed_blocks(
             if batch is None:
                 break
             domains = [None if isinstance(d, str) else d[0] for d in batch]
-            ids = tokenizer.encode_batch([d if isinstance(d, str) else d[1] for d in batch])
+            bodies = [d if isinstance(d, str) else d[1] for d in batch]
+            ids = fim.encode(bodies, domains, tokenizer.encode_batch) if fim else tokenizer.encode_batch(bodies)
             t2 = time.perf_counter()
             out = packer.add(ids, domains)
             tagged = tagged or any(d is not None for d in domains)
@@ -415,6 +427,7 @@ def tokenize_and_produce(
         transactional_id=transactional_id,
         config=config,
         ledger_index=ledger_index,
+        packing_hash=config.fim.fingerprint(),
         _stage_timer=timer,
         _packer=packer,
     )
