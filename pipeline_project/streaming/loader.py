@@ -10,40 +10,8 @@ Usage (the trainer's contract)::
         ckpt["loader"] = loader.state_dict()
     loader.close()
 
-Behaviour worth knowing:
-
-* Partitions are assigned with `assign()` (see `assignment.py`), for any world size: with more ranks than
-  partitions each rank reads stripes of partitions (`stripes.py`); the rank reads them through
-  `num_workers` in-process consumers (`partition_reader.py`), and a prefetch thread assembles
-  their blocks into batches (`assembler.py`), interleaved deterministically (see `state.py`).
-* Bounded mode stops at the read_committed end offsets (last stable offsets) captured when the
-  loader is built, or at `end_offsets`. Streaming mode keeps reading and stops after
-  `idle_timeout_s` without new data.
-* The last short batch is dropped: every batch has exactly `batch_size` rows, so DDP ranks
-  never see ragged shapes. Its blocks stay unconsumed in `state_dict()`.
-* In bounded mode the block order is a function of topic contents, seed and layout only;
-  a resumed run delivers exactly the (partition, offset, block) sequence of an uninterrupted
-  one. In streaming mode the next partition is drawn among those with data already fetched,
-  so the order follows arrival; positions are still exact (nothing lost or repeated).
-* Ranks may hold different numbers of blocks; a DDP trainer must agree on the step count
-  (for example all-reduce a "has batch" flag) — the loader does not pad.
-* Under DDP every rank saves its own `state_dict()`; `gather_state()` collects them all on
-  every rank, and `load_state_dict()` accepts either this rank's state or that list. Given the list under
-  another world size, worker count or partition count (a grown topic), it resumes from the union of every
-  rank's positions: nothing consumed is read again, nothing is skipped, new partitions start at offset 0.
-* Padding (the partial last block of a produced batch) arrives as -1; the train loop masks it.
-  `metrics()["tokens_delivered"]` counts real tokens, `"pad_tokens_delivered"` the padding.
-* Nothing is skipped silently. The state carries the topic id, and a state of a deleted and
-  recreated topic raises TopicRecreatedError; a cursor below its partition's log start offset
-  raises DataLossError unless `allow_data_loss` (counted in `metrics()["data_loss_offsets"]`,
-  records in `loader.data_loss`): see `preflight.py`.
-* A malformed message is skipped into a dead letter (`dead_letters.py`): the cursor moves past it,
-  `loader.dead_letters` records it, `metrics()["dead_letters"]` counts it and it is produced to
-  `<topic>.dlq` by default. The state carries the training lineage's count, so more than
-  `max_dead_letters` over the lineage (across resumes) raise DeadLetterLimitError.
-* Failures: an unreadable topic raises TopicMissingError (a ValueError) when the loader is built;
-  a bounded partition without data for `idle_timeout_s` before its end offset raises
-  ReadTimeoutError (a TimeoutError) from `__next__` once the batches before it are delivered.
+What it guarantees (assignment, bounded and streaming modes, resume under another world size, padding,
+dead letters, failures) is written down in docs/loader.md, "The loader's contract".
 """
 
 from __future__ import annotations
