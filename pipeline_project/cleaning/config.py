@@ -11,6 +11,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline_project.cleaning.decontam_index import DecontaminationConfig
+
 
 class _Step(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -223,9 +225,16 @@ class CleaningConfig(BaseModel):
     dedup: DedupConfig = DedupConfig()
     pii: PIIConfig = PIIConfig()
     profiles: ProfilesConfig = Field(default_factory=lambda: ProfilesConfig())
+    # benchmark decontamination (`decontam_index`); off, it is left out of the hash (batches keep their hash)
+    decontamination: DecontaminationConfig = DecontaminationConfig()
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        d = self.model_dump(mode="json")
+        if self.decontamination.enabled:  # the benchmark files' content is part of the version
+            d["decontamination"]["benchmark_sha256"] = self.decontamination.benchmark_sha256()
+        else:
+            del d["decontamination"]
+        return json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
     def config_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()

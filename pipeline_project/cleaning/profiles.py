@@ -43,6 +43,7 @@ from pipeline_project.cleaning.steps import (
 )
 from pipeline_project.cleaning.steps.chinese import HAN, HanLanguageID
 from pipeline_project.cleaning.steps.code import CodeQuality, SecretsMasking, code_path, language_of
+from pipeline_project.cleaning.steps.decontaminate import Decontaminate
 
 Positioned = list[tuple[int, Document]]  # documents with their position in the batch
 
@@ -64,6 +65,7 @@ def build_chain(config: CleaningConfig, profile: str = "en_web") -> list[Step]:
     """One profile's chain, in FineWeb's order (dedup before masking, so masks never hide a duplicate)."""
     c, p = config, config.profiles
     dedup: list[tuple[bool, Callable[[], Step]]] = [
+        (c.decontamination.enabled, lambda: Decontaminate(c.decontamination)),  # the last per-document step
         (c.dedup.exact.enabled, ExactDedup),
         (c.dedup.minhash.enabled, lambda: MinHashDedup(c.dedup.minhash)),
     ]
