@@ -1,8 +1,8 @@
 """The cluster harness end to end: 9 hosts (network namespaces) up once for the module, then traffic across the
 virtual network, a partitioned broker, a killed host, and `down` leaving nothing behind.
 
-Runs its own cluster (prefix `ppt`, subnet 10.78.0.0/24, state under .cluster/pytest), never the developer's `pp`
-one nor the shared loopback stack. The tests run in file order; the last one takes the cluster down.
+The session's cluster (`conftest.py`: prefix `ppt`, its own subnet and state). The tests run in file order; the
+last one takes the cluster down, and `conftest.py` moves it after every other module's tests.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from pipeline_project.cli import app
-from pipeline_project.cluster import Cluster, ClusterSpec, netns
+from pipeline_project.cluster import Cluster, netns
 from pipeline_project.stack.config import REPO_ROOT
+from pipeline_project_tests.cluster.conftest import CLI_OPTS, SPEC
 
 pytestmark = pytest.mark.cluster
 
-SPEC = ClusterSpec(root=REPO_ROOT / ".cluster" / "pytest", prefix="ppt", subnet="10.78.0.0/24")
-CLI_OPTS = ["cluster", "--dir", str(SPEC.root), "--prefix", SPEC.prefix, "--subnet", SPEC.subnet]
 CLIENT = (sys.executable, "-m", "pipeline_project_tests.cluster.host_client")
 TOPIC = "cluster-test"
 
@@ -39,19 +38,6 @@ def on_host(cluster: Cluster, host: str, *args: str, timeout: float = 120) -> di
     done = cluster.exec(host, [*CLIENT, *args], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{args} on {host} failed: {done.stderr[-2000:]}"
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = Cluster(SPEC)
-    c.down(wipe=True)  # whatever an interrupted session left
-    started = time.monotonic()
-    c.up(timeout=240)
-    print(f"\ncluster up: {time.monotonic() - started:.0f} s")
-    try:
-        yield c
-    finally:
-        c.down(wipe=True)
 
 
 def test_status_lists_every_host_with_its_address_and_healthy_services(cluster):
