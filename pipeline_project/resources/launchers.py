@@ -23,7 +23,6 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
