@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from pipeline_project_tests.deploy.helpers import DEPLOY, K8S, REPO, validate_k8s
+from pipeline_project_tests.deploy.test_instance_config import CHART_RUN_MONITORING, CHART_RUN_RETRIES
 
 ANY = "any"  # a scalar, or a subtree the chart passes through without a schema of its own
 K8S_ENV = "k8s:env"
@@ -126,16 +127,10 @@ CHART_KEYS: dict[str, Any] = {
                 }
             },
         },
-        # Dict[str, Any] in the schema; these are the keys configmap-instance.yaml reads
-        "runMonitoring": {
-            "enabled": ANY,
-            "startTimeoutSeconds": ANY,
-            "cancelTimeoutSeconds": ANY,
-            "maxResumeRunAttempts": ANY,
-            "pollIntervalSeconds": ANY,
-            "freeSlotsAfterRunEndSeconds": ANY,
-        },
-        "runRetries": {"enabled": ANY, "maxRetries": ANY},
+        # Dict[str, Any] in the schema; these are the keys configmap-instance.yaml reads (test_instance_config.py
+        # validates what they render to against Dagster's instance schema)
+        "runMonitoring": dict.fromkeys(CHART_RUN_MONITORING, ANY),
+        "runRetries": dict.fromkeys(CHART_RUN_RETRIES, ANY),
         "envSecrets": [{"name": ANY, "optional": ANY}],
     },
     "dagsterWebserver": {"envSecrets": [{"name": ANY, "optional": ANY}]},
