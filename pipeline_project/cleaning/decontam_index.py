@@ -4,7 +4,9 @@ Normalization (the same for benchmarks and documents, prose and code): lowercase
 of the word regex `\\w+` (Unicode letters, digits, underscore), so punctuation is dropped and any whitespace
 change (indentation, line breaks, tabs) leaves the word sequence unchanged. A document is contaminated when
 one of its n consecutive words (n = 13 by default, as in GPT-3 and the DeepSeek reports) is an n-gram of a
-benchmark item.
+benchmark item. Benchmark n-grams in which fewer than half the words hold a letter (`min_letter_fraction`)
+are not indexed: runs of numbers ("0 0 0 ...", "1 2 3 ... 13" in HumanEval's tests) fill data files and
+flagged three Lua files of the shared corpus before this rule.
 
 Each word is hashed with xxh3-64 and each n-gram is the polynomial combination of its n word hashes (mod 2^64,
 numpy), so a document costs one regex pass, one hash per word, n vector operations and one set-membership
@@ -24,6 +26,7 @@ import gzip
 import hashlib
 import importlib.resources
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +35,7 @@ import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
 WORD = regex.compile(r"\w+")
+LETTER = regex.compile(r"\p{L}")
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -53,6 +57,9 @@ class DecontaminationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     enabled: bool = False
     n: int = Field(default=13, ge=2)
+    # a benchmark n-gram is indexed only when at least this fraction of its words hold a letter: number runs
+    # ("0 0 0 ...", "1 2 3 ... 13" in HumanEval's tests) are common in data files and are no contamination
+    min_letter_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
     benchmarks: tuple[BenchmarkSource, ...] = (HUMANEVAL,)
 
     def benchmark_sha256(self) -> dict[str, str]:
@@ -93,12 +100,21 @@ def normalized_words(text: str) -> list[str]:
     return WORD.findall(text.lower())
 
 
-def ngram_hashes(text: str, n: int) -> np.ndarray:
-    """uint64 hashes of the text's normalized word n-grams (empty when it has fewer than n words)."""
+def ngram_hashes(text: str, n: int, min_letter_words: int = 0) -> np.ndarray:
+    """uint64 hashes of the text's normalized word n-grams (empty when it has fewer than n words); with
+    `min_letter_words`, only of the n-grams with at least that many words holding a letter."""
     words = normalized_words(text)
     m = len(words) - n + 1
     if m <= 0:
         return np.empty(0, dtype=np.uint64)
+    g = _combine(words, n, m)
+    if min_letter_words:
+        letters = np.concatenate([[0], np.cumsum([LETTER.search(w) is not None for w in words])])
+        g = g[(letters[n:] - letters[:m]) >= min_letter_words]
+    return g
+
+
+def _combine(words: list[str], n: int, m: int) -> np.ndarray:
     h = np.fromiter(map(_word_hash, words), dtype=np.uint64, count=len(words))
     g = h[:m].copy()
     with np.errstate(over="ignore"):
@@ -134,6 +150,7 @@ class DecontamIndex:
 
     def __init__(self, config: DecontaminationConfig):
         self.n = config.n
+        min_letter_words = math.ceil(config.min_letter_fraction * config.n)
         self.owner: dict[int, str] = {}
         self.items: dict[str, int] = {}
         self.short_items = 0
@@ -141,7 +158,7 @@ class DecontamIndex:
             items = read_items(source)
             self.items[source.name] = len(items)
             for text in items:
-                grams = ngram_hashes(text, self.n)
+                grams = ngram_hashes(text, self.n, min_letter_words)
                 self.short_items += not len(grams)
                 for g in grams.tolist():
                     self.owner.setdefault(g, source.name)

@@ -61,6 +61,8 @@ def test_near_misses_stay(tmp_path, humaneval):
         "class Point:\n    def __init__(self):\n        self.x = 0\n\n    def __repr__(self):\n        return 'P'\n"
     )
     assert _check(common) is None
+    # number runs that HumanEval's tests hold (found in lua files of the shared corpus) are no contamination
+    assert _check(" ".join(["0"] * 40)) is None and _check(", ".join(map(str, range(1, 30)))) is None
     assert _check(prose(40)) is None and _check("") is None
 
 
