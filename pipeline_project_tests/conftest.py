@@ -20,6 +20,25 @@ from pipeline_project.stack import DEFAULT_SERVICES, Stack
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+# Fixtures that start or need a real service: a test using one is in the integration tier.
+SERVICE_FIXTURES = {"stack", "local_stack", "pg_url", "pg_instance", "fault_stack", "healthy_stack", "cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tiers (`scripts/test.sh --fast | --integration | --fault | --cluster`): the fault tier is
+    `reliability/`, the cluster tier `cluster/`, the integration tier every other test that needs a real service
+    (through a fixture above or the `stack` mark); the rest is the fast tier."""
+    for item in items:
+        path = Path(str(item.fspath)).relative_to(REPO_ROOT / "pipeline_project_tests").parts
+        if path[0] == "reliability":
+            item.add_marker(pytest.mark.fault)
+        elif path[0] == "cluster":
+            if "cluster" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.cluster)
+        elif SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("stack"):
+            item.add_marker(pytest.mark.integration)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
