@@ -70,6 +70,7 @@ def token_blocks(
         ledger_key=batch_id,
         content_hash=manifest.content_hash(),
         max_message_bytes=layout.message_bytes,
+        fim=layout.fim_policy(),
     )
     push_batch_metrics("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
     ranges = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
@@ -89,6 +90,7 @@ def token_blocks(
                         "seq_len": layout.seq_len,
                         "tokenizer": report.tokenizer_hash,
                         "message_bytes": layout.message_bytes,
+                        **({"fim": report.packing_hash} if report.packing_hash else {}),
                     }
                 ),
                 topic=layout.topic,
@@ -135,6 +137,8 @@ def token_blocks(
         for d, c in report.domains.items():
             metadata[f"tokens_{d}"] = c["tokens"]
             metadata[f"blocks_{d}"] = c["blocks"]
+            if "fim_docs" in c:  # documents laid out for fill-in-the-middle (FIM on)
+                metadata[f"fim_docs_{d}"] = c["fim_docs"]
     if mlflow_url:
         metadata["mlflow_run"] = dg.MetadataValue.url(mlflow_url)
     return dg.MaterializeResult(metadata=metadata)

@@ -93,10 +93,11 @@ class KafkaResource(dg.ConfigurableResource):
 
     def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
                              source: str, ledger_key: str, content_hash: str,
-                             max_message_bytes: int) -> ProduceReport:  # fmt: skip
+                             max_message_bytes: int, fim: Any = None) -> ProduceReport:  # fmt: skip
         """Tokenize, pack and produce one batch in bounded transactions, with its ledger records, once per ledger key.
 
         `texts` may be `(domain, text)` pairs: packed per domain, each message with its `domain` header.
+        `fim`: a `streaming.fim.FimPolicy` (None: no fill-in-the-middle).
         """
         from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
         from pipeline_project.streaming.tokenizer import load_tokenizer
@@ -111,7 +112,7 @@ class KafkaResource(dg.ConfigurableResource):
                 source=source,
                 ledger_key=ledger_key,
                 content_hash=content_hash,
-                config=ProducerConfig(max_message_bytes=max_message_bytes),
+                config=ProducerConfig(max_message_bytes=max_message_bytes, **({"fim": fim} if fim else {})),
                 ledger_index=index,
             )
 

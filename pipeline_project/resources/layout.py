@@ -25,6 +25,13 @@ class PipelineLayout(dg.ConfigurableResource):
     retention_bytes: int = -1
     """The token topic's retention.bytes per partition; -1 (the default): no size limit."""
     seq_len: int = 256
+    fim_code_rate: float = 0.0
+    """Fill-in-the-middle (`streaming.fim`) for the code domain: the fraction of code documents laid out
+    prefix-suffix-middle (DeepSeek-V3: 0.1). 0 (the default) is off; other domains never get FIM. Part of the
+    ledger fingerprint: a batch produced with one rate is refused with another."""
+    fim_mode: str = "psm"
+    """"psm" (DeepSeek-V3) or "spm"."""
+    fim_seed: int = 0
     message_bytes: int = 128 * 1024
     """Target Kafka message size: small enough that a batch spreads over all partitions (and so over
     all loader ranks), large enough that per-message overhead stays negligible."""
@@ -54,6 +61,14 @@ class PipelineLayout(dg.ConfigurableResource):
     max_source_prefixes: int = 200
     """At most this many sources keep a position in the cursor (the one idle longest is dropped first; the scan
     covers a dropped source). Each tick lists each of them once, for at most 15 s, the rest on the next tick."""
+
+    def fim_policy(self):
+        """The producer's `FimPolicy` from fim_code_rate / fim_mode / fim_seed (off at rate 0)."""
+        from pipeline_project.streaming.fim import FimConfig, FimPolicy
+
+        if not self.fim_code_rate:
+            return FimPolicy()
+        return FimPolicy(domains={"code": FimConfig(rate=self.fim_code_rate, mode=self.fim_mode)}, seed=self.fim_seed)
 
     def topic_config(self) -> dict[str, int | str]:
         """Topic configs the token topic is created with, and checked against when it exists. Compaction would

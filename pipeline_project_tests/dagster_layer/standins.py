@@ -161,7 +161,9 @@ class MemoryKafkaResource(KafkaResource):
 
     def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
                              source: str, ledger_key: str, content_hash: str,
-                             max_message_bytes: int) -> ProduceReport:  # fmt: skip
+                             max_message_bytes: int, fim=None) -> ProduceReport:  # fmt: skip
+        if fim is not None and fim.active:
+            raise NotImplementedError("the in-memory stand-in packs without fill-in-the-middle")
         state = self._state()
         existing = state["ledger"].get((topic, ledger_key))
         if existing is not None:

@@ -171,3 +171,12 @@ def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, to
     for changed in (other, config.model_copy(update={"fim": FimPolicy()})):
         with pytest.raises(LedgerConflictError, match="packing fim:"):
             tokenize_and_produce(s, topic, iter(docs), config=changed, **kw)
+
+
+def test_the_layout_resource_turns_fim_on_for_code_only():
+    from pipeline_project.resources.layout import PipelineLayout
+
+    assert not PipelineLayout().fim_policy().active
+    assert PipelineLayout(fim_code_rate=0.1).fim_policy() == FimPolicy.deepseek()
+    spm = PipelineLayout(fim_code_rate=0.5, fim_mode="spm", fim_seed=3).fim_policy()
+    assert spm.domains == {"code": FimConfig(rate=0.5, mode="spm")} and spm.seed == 3
