@@ -15,7 +15,8 @@ class CleaningResource(dg.ConfigurableResource):
     core this process may use, 1: in process), and a batch streams through in chunks of `chunk_docs`
     documents or `chunk_mb` of text, whichever comes first, so memory does not grow with the batch. A batch
     of less than `pool_min_mb` raw bytes is cleaned in process: starting the workers (each loads the chain's
-    models) costs more than its filters would (0: always use the workers).
+    models) costs more than its filters would (0: always use the workers). In process or in the workers, each
+    document runs under the config's CPU budget (`limits`); over it, it is quarantined `processing_timeout`.
     """
 
     config_path: str | None = None
