@@ -140,3 +140,20 @@ def test_cost_is_linear_in_document_length():
 
     small, large = seconds(unit * 8), seconds(unit * 32)
     assert large < 8 * small, (small, large)  # 4x the text: ~4x the time (quadratic would be 16x)
+
+
+def test_pool_workers_build_the_index_and_decide_the_same(humaneval):
+    from pipeline_project.cleaning.workers import FilterPool
+
+    config = CleaningConfig(decontamination=ON, dedup={"scope": "batch"})
+    docs = [
+        Document("leak", humaneval[3]["prompt"] + humaneval[3]["canonical_solution"], "raw/code/a.py"),
+        Document("clean", "def area(w, h):\n    return w * h\n", "raw/code/b.py"),
+    ]
+    pool = FilterPool(config, 1)
+    try:
+        result = CleaningPipeline(config, pool=pool).run(docs, "b")
+    finally:
+        pool.close()
+    assert [(d.id, d.reason) for d in result.dropped] == [("leak", "decontaminated:humaneval")]
+    assert [d.id for d in result.kept] == ["clean"]
