@@ -37,7 +37,8 @@ from pipeline_project.streaming.format import max_blocks_per_message
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.ledger import ledger_topic
 from pipeline_project.streaming.packing import BlockPacker
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, tokenize_and_produce
+from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
 from pipeline_project.streaming.tokenizer import load_tokenizer
 from pipeline_project.streaming.topics import ensure_topic
 

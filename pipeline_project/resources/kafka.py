@@ -99,7 +99,8 @@ class KafkaResource(dg.ConfigurableResource):
         `texts` may be `(domain, text)` pairs: packed per domain, each message with its `domain` header.
         `fim`: a `streaming.fim.FimPolicy` (None: no fill-in-the-middle).
         """
-        from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
+        from pipeline_project.streaming.producer import ProducerConfig
+        from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
         from pipeline_project.streaming.tokenizer import load_tokenizer
 
         with self.ledger_index() as index:

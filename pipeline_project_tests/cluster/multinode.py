@@ -23,7 +23,8 @@ from pipeline_project.cluster import Cluster
 from pipeline_project.resources.launchers import RDZV_PORT, multinode_command, trainer_env
 from pipeline_project.streaming.format import decode_message
 from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.producer import ProducerConfig, tokenize_and_produce
+from pipeline_project.streaming.producer import ProducerConfig
+from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
 from pipeline_project.streaming.topics import ensure_topic
 from pipeline_project.training.config import ModelPreset, TrainConfig
 from pipeline_project.training.entrypoint import RESULT_PREFIX
@@ -91,8 +92,9 @@ def trained_slice(blocks: list[tuple[int, int, str]], start: dict | None, end: d
 
 def job(cluster: Cluster, topic: str, prefix: str, *, max_steps: int | None, **train) -> JobConfig:
     settings = cluster.settings()
-    cfg = TrainConfig(preset=ModelPreset(name="tiny"), lr=3e-3, warmup_steps=2, decay_steps=50, batch_size=BATCH,
-                      seq_len=SEQ_LEN, max_steps=max_steps, checkpoint_every=None, device="cpu", **train)  # fmt: skip
+    knobs = {"lr": 3e-3, "warmup_steps": 2, "decay_steps": 50, "checkpoint_every": None, **train}
+    cfg = TrainConfig(preset=ModelPreset(name="tiny"), batch_size=BATCH, seq_len=SEQ_LEN, max_steps=max_steps,
+                      device="cpu", **knobs)  # fmt: skip
     return JobConfig(
         train=cfg, kafka=kafka(cluster), topic=topic, seq_len=SEQ_LEN, s3_endpoint=settings.s3_endpoint,
         bucket=settings.bucket, checkpoint_prefix=prefix, work_dir=SCRATCH, loader_idle_timeout_s=5,

@@ -5,7 +5,8 @@ import pytest
 
 from pipeline_project.streaming.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
 from pipeline_project.streaming.packing import DomainPackers
-from pipeline_project.streaming.producer import ProducerConfig, _StageTimer, _timed_blocks
+from pipeline_project.streaming.producer import ProducerConfig
+from pipeline_project.streaming.tokenize_produce import StageTimer, timed_blocks
 from pipeline_project.streaming.tokenizer import load_tokenizer
 
 
@@ -112,7 +113,7 @@ def test_the_tokenize_and_pack_path_applies_fim_and_counts_it_per_domain(tok):
 
     def run():
         packer = DomainPackers(64, tok.eos_id)
-        blocks = list(_timed_blocks(iter(docs), tok, packer, config, _StageTimer()))
+        blocks = list(timed_blocks(iter(docs), tok, packer, config, StageTimer()))
         return blocks, packer
 
     (first, packer), (second, _) = run(), run()
@@ -127,7 +128,7 @@ def test_the_tokenize_and_pack_path_applies_fim_and_counts_it_per_domain(tok):
 
 def test_without_fim_the_packer_reports_no_fim_counts(tok):
     packer = DomainPackers(64, tok.eos_id)
-    list(_timed_blocks(iter([("code", "x = 1\n")]), tok, packer, ProducerConfig(), _StageTimer()))
+    list(timed_blocks(iter([("code", "x = 1\n")]), tok, packer, ProducerConfig(), StageTimer()))
     assert "fim_docs" not in packer.stats() and "fim_docs" not in packer.per_domain()["code"]
 
 
@@ -135,7 +136,7 @@ def test_without_fim_the_packer_reports_no_fim_counts(tok):
 def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, tok):
     from pipeline_project.streaming.errors import LedgerConflictError
     from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.streaming.producer import tokenize_and_produce
+    from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
     from pipeline_project.streaming.topics import ensure_topic
     from pipeline_project_tests.streaming.kafka_helpers import consume_all, unique_topic
 
@@ -160,7 +161,7 @@ def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, to
     assert report.resumed_blocks > 0 and report.packing_hash == FimPolicy.deepseek().fingerprint()
 
     packer = DomainPackers(64, tok.eos_id)
-    expected = list(_timed_blocks(iter(docs), tok, packer, config, _StageTimer()))
+    expected = list(timed_blocks(iter(docs), tok, packer, config, StageTimer()))
     got = np.concatenate([np.frombuffer(m.value(), dtype="<u4").reshape(-1, 64) for m in consume_all(s, topic)])
     assert sorted(map(bytes, got)) == sorted(map(bytes, np.concatenate([b for _d, b in expected])))
     assert report.domains["code"]["fim_docs"] == packer.per_domain()["code"]["fim_docs"] > 0

@@ -15,7 +15,7 @@ from pipeline_project.streaming.errors import DataLossError, TopicLayoutMismatch
 from pipeline_project.streaming.format import PAD_TOKEN
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
-from pipeline_project.streaming.producer import tokenize_and_produce
+from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
 from pipeline_project.streaming.topics import ensure_topic
 from pipeline_project_tests.streaming.kafka_helpers import recreate_topic, unique_topic
 from pipeline_project_tests.streaming.test_loader_support import (

@@ -10,7 +10,8 @@ from pipeline_project.streaming.errors import DeliveryError, LedgerConflictError
 from pipeline_project.streaming.format import decode_message, read_header
 from pipeline_project.streaming.ledger import ledger_topic, read_ledger
 from pipeline_project.streaming.packing import BlockPacker
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, tokenize_and_produce
+from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
 from pipeline_project.streaming.tokenizer import load_tokenizer
 from pipeline_project.streaming.topics import ensure_topic
 from pipeline_project.streaming.verify import verify_produced

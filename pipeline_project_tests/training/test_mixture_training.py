@@ -11,7 +11,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from pipeline_project.streaming.kafka_client import KafkaSettings, ensure_topic
-from pipeline_project.streaming.producer import tokenize_and_produce
+from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
 from pipeline_project.training.checkpoint import load_latest, s3_client
 from pipeline_project_tests.training.test_entrypoint_integration import CORPUS, _run_trainer
 
