@@ -110,7 +110,7 @@ class NodeRun:
 
 
 def launch(job_config: JobConfig, hosts: list[str], run_id: str, log_dir: Path, *, nproc: int = 2,
-           max_restarts: int = 0) -> list[NodeRun]:  # fmt: skip
+           max_restarts: int = 0, cli_opts: list[str] = CLI_OPTS) -> list[NodeRun]:  # fmt: skip
     """torchrun on each host through `cluster exec`; the first host serves the c10d rendezvous."""
     cmd = multinode_command(run_id, len(hosts), nproc, endpoint=f"{hosts[0]}:{RDZV_PORT}",
                             max_restarts=max_restarts, torchrun=TORCHRUN)  # fmt: skip
@@ -119,7 +119,7 @@ def launch(job_config: JobConfig, hosts: list[str], run_id: str, log_dir: Path, 
     for host in hosts:
         log = log_dir / f"{run_id}-{host}.log"
         with open(log, "w") as out:
-            proc = subprocess.Popen([CLI, *CLI_OPTS, "exec", host, "--", *cmd], env=env, stdout=out,
+            proc = subprocess.Popen([CLI, *cli_opts, "exec", host, "--", *cmd], env=env, stdout=out,
                                     stderr=subprocess.STDOUT)  # fmt: skip
         runs.append(NodeRun(host, proc, log))
     return runs
@@ -143,6 +143,12 @@ def downloads(host: str) -> dict[str, list[str]]:
     return {d.name: sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) for d in found}
 
 
-def cli_kill(host: str) -> int:
+def cli_kill(host: str, cli_opts: list[str] = CLI_OPTS) -> int:
     """`pipeline-project cluster kill HOST`, as an operator types it; its exit code."""
-    return subprocess.run([CLI, *CLI_OPTS, "kill", host], capture_output=True, timeout=120).returncode
+    return subprocess.run([CLI, *cli_opts, "kill", host], capture_output=True, timeout=120).returncode
+
+
+def cluster_opts(cluster: Cluster) -> list[str]:
+    """The CLI options that name `cluster`."""
+    spec = cluster.spec
+    return ["cluster", "--dir", str(spec.root), "--prefix", spec.prefix, "--subnet", spec.subnet]
