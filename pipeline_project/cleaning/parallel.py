@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 
 from pipeline_project.cleaning.budget import DocumentTimeout, cpu_budget, timeout_record
 from pipeline_project.cleaning.config import CleaningConfig
+from pipeline_project.cleaning.container import usable_workers
 from pipeline_project.cleaning.profile_config import PROFILE_NAMES
 from pipeline_project.cleaning.profiles import (
     Positioned,
@@ -40,12 +40,10 @@ AHEAD = "ahead"
 ChainsFactory = Callable[[CleaningConfig], dict[str, list[Step]]]
 
 
-def default_workers() -> int:
-    """One worker per core this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+def default_workers(memory_per_worker_mb: int = 1024) -> int:
+    """One worker per CPU the container's quota allows (not the node's cores), as many as its memory limit holds
+    at `memory_per_worker_mb` each (`container.usable_workers`)."""
+    return usable_workers(memory_per_worker_mb << 20)
 
 
 def filter_steps(config: CleaningConfig) -> dict[str, list[Step]]:

@@ -12,7 +12,8 @@ class CleaningResource(dg.ConfigurableResource):
     """`config_path` names a JSON file of `CleaningConfig` fields; unset means the versioned defaults.
 
     The rest sizes the work, never what is kept: `workers` processes run the per-document filters (0: one per
-    core this process may use, 1: in process), and a batch streams through in chunks of `chunk_docs`
+    CPU of the container's cgroup quota, no more than its memory limit holds at `worker_memory_mb` each; 1: in
+    process), and a batch streams through in chunks of `chunk_docs`
     documents or `chunk_mb` of text, whichever comes first, so memory does not grow with the batch. A batch
     of less than `pool_min_mb` raw bytes is cleaned in process: starting the workers (each loads the chain's
     models) costs more than its filters would (0: always use the workers). In process or in the workers, each
@@ -25,6 +26,7 @@ class CleaningResource(dg.ConfigurableResource):
     chunk_mb: int = 64
     max_shard_mb: int = 32
     pool_min_mb: float = 4.0
+    worker_memory_mb: int = 1024
 
     def config(self):
         from pipeline_project.cleaning import CleaningConfig
@@ -38,4 +40,4 @@ class CleaningResource(dg.ConfigurableResource):
 
         if batch_bytes is not None and batch_bytes < self.pool_min_mb * (1 << 20):
             return 1
-        return self.workers if self.workers > 0 else default_workers()
+        return self.workers if self.workers > 0 else default_workers(self.worker_memory_mb)
