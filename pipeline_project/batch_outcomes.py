@@ -56,16 +56,19 @@ def _status(instance, batch: str, done: set[str]) -> tuple[str, object]:
     return run.status.value.lower().replace("_", " "), run
 
 
-def batch_outcomes(instance, read_manifest=None, *, failed_only: bool = False, limit: int = 500) -> list[BatchOutcome]:
-    """The newest `limit` batches (or those of them that failed for good), oldest first. `read_manifest(batch)`
-    gives a failed batch's manifest, for its objects."""
+def batch_outcomes(
+    instance, read_manifest=None, *, failed_only: bool = False, limit: int = 500, only: set[str] | None = None
+) -> list[BatchOutcome]:
+    """The newest `limit` batches (or those of them that failed for good; or only the batches `only` names),
+    oldest first. `read_manifest(batch)` gives a failed batch's manifest, for its objects."""
     import dagster as dg
 
     from pipeline_project.assets.partitions import batches
 
     done = instance.get_materialized_partitions(dg.AssetKey(DONE_ASSET))
     out = []
-    for batch in instance.get_dynamic_partitions(batches.name)[-limit:]:
+    names = instance.get_dynamic_partitions(batches.name)
+    for batch in [b for b in names if b in only] if only is not None else names[-limit:]:
         status, run = _status(instance, batch, done)
         if failed_only and status != "failed":
             continue

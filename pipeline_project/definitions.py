@@ -2,14 +2,14 @@
 
 import dagster as dg
 
-from pipeline_project.assets import checkpoint, cleaned, raw, token_blocks
+from pipeline_project.assets import batch_failures, checkpoint, cleaned, raw, token_blocks
 from pipeline_project.assets.partitions import INGEST_RUN_TAGS
 from pipeline_project.jobs import INGEST_SELECTION, ingest_batch, train_checkpoint
 from pipeline_project.resources import build_resources
 from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.sensors.raw_s3 import raw_s3_sensor
 
-_modules = [raw, cleaned, token_blocks, checkpoint]
+_modules = [raw, cleaned, token_blocks, checkpoint, batch_failures]
 
 # Every run carries its kind, which the instance's tag concurrency limits count (deploy/dagster/dagster.yaml):
 # the sensors' runs, the training job's, and the eager re-materializations the automation sensor launches.
@@ -24,7 +24,7 @@ ingest_automation_sensor = dg.AutomationConditionSensorDefinition(
 defs = dg.Definitions(
     assets=dg.load_assets_from_modules(_modules),
     asset_checks=dg.load_asset_checks_from_modules(_modules),
-    sensors=[raw_s3_sensor, checkpoint_trigger_sensor, ingest_automation_sensor],
+    sensors=[raw_s3_sensor, checkpoint_trigger_sensor, ingest_automation_sensor, batch_failures.failed_batch_sensor],
     jobs=[ingest_batch, train_checkpoint],
     resources=build_resources(),
 )

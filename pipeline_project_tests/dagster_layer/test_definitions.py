@@ -20,10 +20,12 @@ def test_definitions_load_with_the_four_assets_checks_and_sensors():
         "loss_is_finite",
         "checkpoint_reloads",
         "raw_objects_unchanged",
+        "batch_not_failed",
     } <= checks
     blocking = {c.name for c in specs if c.blocking}
     assert {"checkpoint_reloads", "topic_holds_claimed_blocks", "cleaned_counts_add_up"} <= blocking
-    assert {s.name for s in defs.sensors} == {"raw_s3_sensor", "checkpoint_trigger_sensor", "ingest_automation_sensor"}
+    sensors = {s.name for s in defs.sensors}
+    assert sensors == {"raw_s3_sensor", "checkpoint_trigger_sensor", "ingest_automation_sensor", "failed_batch_sensor"}
 
 
 def test_code_location_imports_nothing_heavy():

@@ -58,3 +58,45 @@ def test_a_batch_that_fails_for_good_is_listed_with_its_error_and_objects(instan
     assert sorted(listed[0]["objects"]) == sorted(layout.raw_prefix + n for n in names)
     human = CliRunner().invoke(app, ["batches"])
     assert batch in human.output and "failed" in human.output and "SlowDown" in human.output
+
+
+def test_a_batch_that_fails_for_good_is_a_failed_check_in_the_ui_with_its_objects(
+    instance, resources, layout, s3, monkeypatch
+):
+    from pipeline_project.assets.batch_failures import CHECK_NAME, failed_batch_sensor
+
+    names = ["a.txt", "b.txt"]
+    batch = _batch(instance, resources, s3, layout, names)
+    monkeypatch.setattr(dg.RetryPolicy, "calculate_delay", lambda *a: 0)
+    faulty = FaultyS3Resource(**resources["s3"].model_dump(), faults={layout.raw_prefix + "a.txt": "SlowDown"})
+    result = dg.materialize(
+        [raw_text, cleaned_shards],
+        resources={**resources, "s3": faulty},
+        partition_key=batch,
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success
+    run = instance.get_run_by_id(result.run_id)
+    [failure] = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    sensor_res = {k: resources[k] for k in ("s3", "layout")}
+    ctx = dg.build_run_status_sensor_context(
+        sensor_name=failed_batch_sensor.name,
+        dagster_event=failure.dagster_event,
+        dagster_instance=instance,
+        dagster_run=run,
+        resources=sensor_res,
+    )
+    failed_batch_sensor(ctx.for_run_failure())
+
+    # what the UI shows on token_blocks' Checks tab: the newest evaluation of batch_not_failed for the batch
+    check_key = dg.AssetCheckKey(dg.AssetKey("token_blocks"), CHECK_NAME)
+    [record] = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=5)
+    evaluation = record.event.dagster_event.event_specific_data
+    assert (evaluation.partition, evaluation.passed) == (batch, False)
+    assert evaluation.severity == dg.AssetCheckSeverity.ERROR
+    metadata = {k: v.value for k, v in evaluation.metadata.items()}
+    assert metadata["step"] == "cleaned_shards" and "SlowDown" in metadata["error"]
+    assert metadata["run_id"] == run.run_id and metadata["object_count"] == len(names)
+    for name in names:
+        assert f"s3://{layout.bucket}/{layout.raw_prefix}{name}" in metadata["objects"]
