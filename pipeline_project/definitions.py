@@ -3,8 +3,7 @@
 import dagster as dg
 
 from pipeline_project.assets import batch_failures, checkpoint, cleaned, raw, token_blocks
-from pipeline_project.assets.partitions import INGEST_RUN_TAGS
-from pipeline_project.jobs import INGEST_SELECTION, ingest_batch, train_checkpoint
+from pipeline_project.jobs import INGEST_JOB_TAGS, INGEST_SELECTION, ingest_batch, train_checkpoint
 from pipeline_project.resources import build_resources
 from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.sensors.raw_s3 import raw_s3_sensor
@@ -16,7 +15,7 @@ _modules = [raw, cleaned, token_blocks, checkpoint, batch_failures]
 ingest_automation_sensor = dg.AutomationConditionSensorDefinition(
     "ingest_automation_sensor",
     target=INGEST_SELECTION,
-    run_tags=INGEST_RUN_TAGS,
+    run_tags=INGEST_JOB_TAGS,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Eager re-materialization of the ingest assets downstream of a changed batch, as ingest runs.",
 )

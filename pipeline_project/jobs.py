@@ -10,19 +10,23 @@ import dagster as dg
 
 from pipeline_project.assets.checkpoint import deepseek_checkpoint
 from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS, batches
+from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS, batches, with_max_runtime
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.assets.token_blocks import token_blocks
+from pipeline_project.settings import Settings
 
 INGEST_SELECTION = [raw_text, cleaned_shards, token_blocks]
+_settings = Settings()
+INGEST_JOB_TAGS = with_max_runtime(INGEST_RUN_TAGS, _settings.ingest_max_runtime_s)
+TRAINING_JOB_TAGS = with_max_runtime(TRAINING_RUN_TAGS, _settings.training_max_runtime_s)
 
 ingest_batch = dg.define_asset_job(
     "ingest_batch",
     selection=INGEST_SELECTION,
     partitions_def=batches,
-    tags=INGEST_RUN_TAGS,
+    tags=INGEST_JOB_TAGS,
     executor_def=dg.in_process_executor,
     description="One batch: raw_text -> cleaned_shards -> token_blocks and their checks, in one process.",
 )
 
-train_checkpoint = dg.define_asset_job("train_checkpoint", selection=[deepseek_checkpoint], tags=TRAINING_RUN_TAGS)
+train_checkpoint = dg.define_asset_job("train_checkpoint", selection=[deepseek_checkpoint], tags=TRAINING_JOB_TAGS)

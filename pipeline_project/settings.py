@@ -50,6 +50,10 @@ DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
 DEFAULT_TRIGGER_MAX_STEPS = 200
 DEFAULT_TRIGGER_RETRY_BASE_S = 60.0  # after a failed training run the trigger waits 60 s, 120 s, 240 s, ...
 DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
+# Run monitoring fails a run of each kind still going after this long (the run's `dagster/max_runtime` tag), so a
+# hung run frees its slot and run retries launch it again; 0: the instance's max_runtime_seconds alone.
+DEFAULT_INGEST_MAX_RUNTIME_S = 7200  # a batch's three steps, their retries included, take minutes
+DEFAULT_TRAINING_MAX_RUNTIME_S = 90000  # 25 h: a triggered run's PIPELINE_TRIGGER_MAX_STEPS fit in a day
 
 # Secrets are never stored in `Settings`: the Dagster layer passes them on as `dg.EnvVar(NAME)`,
 # and the trainer process reads them through `secret()`.
@@ -239,6 +243,12 @@ class Settings:
     )
     trigger_retry_max_s: float = field(
         default_factory=lambda: float(_env("PIPELINE_TRIGGER_RETRY_MAX_S", str(DEFAULT_TRIGGER_RETRY_MAX_S)))
+    )
+    ingest_max_runtime_s: int = field(
+        default_factory=lambda: int(_env("PIPELINE_INGEST_MAX_RUNTIME_S", str(DEFAULT_INGEST_MAX_RUNTIME_S)))
+    )
+    training_max_runtime_s: int = field(
+        default_factory=lambda: int(_env("PIPELINE_TRAINING_MAX_RUNTIME_S", str(DEFAULT_TRAINING_MAX_RUNTIME_S)))
     )
     # Prometheus (pipeline_project/metrics.py): the trainer's /metrics base port (rank r serves base + local rank;
     # unset or 0: off), and the Pushgateway short-lived Dagster steps push to (unset: the local stack's)

@@ -26,6 +26,16 @@ MIN_OUTAGE_COVERED_S = 120
 RUN_KIND_TAG = "pipeline/kind"
 TRAINING_RUN_TAGS = {RUN_KIND_TAG: "training"}
 INGEST_RUN_TAGS = {RUN_KIND_TAG: "ingest"}
+# Run monitoring (the daemon) fails a run still going after the seconds of this tag, so a hung run frees its slot
+# and run retries launch it again; the jobs and the automation sensor set it per kind from Settings.
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+
+
+def with_max_runtime(kind_tags: dict[str, str], max_runtime_s: int) -> dict[str, str]:
+    """A kind's run tags with its runtime bound (none for 0: the instance's max_runtime_seconds applies)."""
+    return {**kind_tags, **({MAX_RUNTIME_TAG: str(int(max_runtime_s))} if max_runtime_s > 0 else {})}
+
+
 # The Dagster pool of deepseek_checkpoint: limit 1 (`concurrency.pools.default_limit`, or
 # `dagster instance concurrency set training 1`), so even an untagged run waits for the one training step.
 TRAINING_POOL = "training"

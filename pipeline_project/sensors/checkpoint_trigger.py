@@ -35,7 +35,7 @@ import dagster as dg
 
 from pipeline_project.assets.backlog import Backlog, untrained_backlog
 from pipeline_project.assets.checkpoint import IN_FLIGHT, deepseek_checkpoint, training_runs
-from pipeline_project.assets.partitions import TRAINING_RUN_TAGS
+from pipeline_project.assets.partitions import TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project.sensors.trigger_policy import TriggerCursor, active_hold, last_training
 from pipeline_project.settings import Settings
 
@@ -77,7 +77,13 @@ def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext) -> dg.SensorR
     run_key = backlog.run_key + (f"-after-failed-{state.failed_run[:8]}" if state.failed_run else "")
     context.log.info(f"{backlog.tokens} untrained tokens in {backlog.batches} batches: requesting training")
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=run_key, run_config=_bound(settings), tags=dict(TRAINING_RUN_TAGS))],
+        run_requests=[
+            dg.RunRequest(
+                run_key=run_key,
+                run_config=_bound(settings),
+                tags=with_max_runtime(TRAINING_RUN_TAGS, settings.training_max_runtime_s),
+            )
+        ],
         cursor=state.to_cursor(),
     )
 
