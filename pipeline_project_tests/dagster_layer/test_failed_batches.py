@@ -100,3 +100,19 @@ def test_a_batch_that_fails_for_good_is_a_failed_check_in_the_ui_with_its_object
     assert metadata["run_id"] == run.run_id and metadata["object_count"] == len(names)
     for name in names:
         assert f"s3://{layout.bucket}/{layout.raw_prefix}{name}" in metadata["objects"]
+
+
+def test_a_batch_that_gets_through_passes_batch_not_failed_in_its_run(instance, resources, layout, s3):
+    from pipeline_project.assets.batch_failures import CHECK_NAME, batch_not_failed
+    from pipeline_project.assets.token_blocks import token_blocks
+
+    batch = _batch(instance, resources, s3, layout, ["ok.txt"])
+    result = dg.materialize(
+        [raw_text, cleaned_shards, token_blocks, batch_not_failed],
+        resources=resources,
+        partition_key=batch,
+        instance=instance,
+    )
+    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == CHECK_NAME]
+    assert (evaluation.partition, evaluation.passed) == (batch, True)
+    assert evaluation.metadata["status"].value == "done"
