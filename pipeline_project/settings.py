@@ -45,11 +45,6 @@ DEFAULT_MIN_NEW_TOKENS = 200_000
 DEFAULT_TRIGGER_MAX_STEPS = 200
 DEFAULT_TRIGGER_RETRY_BASE_S = 60.0  # after a failed training run the trigger waits 60 s, 120 s, 240 s, ...
 DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
-# A triggered training run trains at most this many steps (0: no bound); the next triggered run trains the rest.
-# 200 steps of the tiny preset take minutes on a CPU; a GPU deployment raises it.
-DEFAULT_TRIGGER_MAX_STEPS = 200
-DEFAULT_TRIGGER_RETRY_BASE_S = 60.0  # after a failed training run the trigger waits 60 s, 120 s, 240 s, ...
-DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
 # Run monitoring fails a run of each kind still going after this long (the run's `dagster/max_runtime` tag), so a
 # hung run frees its slot and run retries launch it again; 0: the instance's max_runtime_seconds alone.
 DEFAULT_INGEST_MAX_RUNTIME_S = 7200  # a batch's three steps, their retries included, take minutes
@@ -225,15 +220,6 @@ class Settings:
     cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
     min_new_tokens: int = field(
         default_factory=lambda: int(_env("PIPELINE_MIN_NEW_TOKENS", str(DEFAULT_MIN_NEW_TOKENS)))
-    )
-    trigger_max_steps: int = field(
-        default_factory=lambda: int(_env("PIPELINE_TRIGGER_MAX_STEPS", str(DEFAULT_TRIGGER_MAX_STEPS)))
-    )
-    trigger_retry_base_s: float = field(
-        default_factory=lambda: float(_env("PIPELINE_TRIGGER_RETRY_BASE_S", str(DEFAULT_TRIGGER_RETRY_BASE_S)))
-    )
-    trigger_retry_max_s: float = field(
-        default_factory=lambda: float(_env("PIPELINE_TRIGGER_RETRY_MAX_S", str(DEFAULT_TRIGGER_RETRY_MAX_S)))
     )
     trigger_max_steps: int = field(
         default_factory=lambda: int(_env("PIPELINE_TRIGGER_MAX_STEPS", str(DEFAULT_TRIGGER_MAX_STEPS)))
