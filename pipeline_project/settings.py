@@ -12,6 +12,7 @@ Nothing else in the package reads `os.environ` for configuration: components rec
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass, field
@@ -266,6 +267,19 @@ class Settings:
         return make_s3_client(self.s3_endpoint, self.s3_access_key, self.s3_secret_key, self.s3_region)
 
 
+def _credential_env() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+
+
+@functools.lru_cache(maxsize=8)
+def _boto3_session(credential_env: tuple[tuple[str, str], ...]) -> Any:
+    """A boto3 session per set of AWS_* variables: boto3's process-wide default session would keep the credential
+    chain it first resolved, whatever the environment says later."""
+    import boto3
+
+    return boto3.session.Session()
+
+
 def make_s3_client(
     endpoint: str | None,
     access_key: str | None,
@@ -277,10 +291,9 @@ def make_s3_client(
     read_timeout: float = 60,
 ):
     """A boto3 S3 client; with an `endpoint` (an S3-protocol server) it addresses buckets by path."""
-    import boto3
     from botocore.config import Config
 
-    return boto3.client(
+    return _boto3_session(_credential_env()).client(
         "s3",
         endpoint_url=endpoint,
         aws_access_key_id=access_key,

@@ -234,3 +234,13 @@ def test_no_secret_reaches_any_log_metadata_mlflow_job_file_or_error(secure: Sec
     for text in errors:
         found += _hits(secrets, "exception message", text)
     assert found == []
+
+
+def test_clients_follow_the_environment_of_their_creation_not_the_first_one(aws_chain, monkeypatch):
+    """boto3's process-wide default session keeps the first credentials it resolved; a later client must not."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEARLIER")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "earlier")
+    assert _access_key(settings_module.make_s3_client(None, None, None)) == "AKIAEARLIER"
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    assert _access_key(settings_module.make_s3_client(None, None, None)) == "AKIAFROMCHAIN"
