@@ -268,7 +268,8 @@ class Settings:
 
 
 def _credential_env() -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    # boto3 reads every AWS_* variable (keys, profile, web identity, config files)
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.lower().startswith("aws_")))
 
 
 @functools.lru_cache(maxsize=8)
