@@ -35,7 +35,11 @@ def pytest_collection_modifyitems(config, items):
         elif path[0] == "cluster":
             if "cluster" in getattr(item, "fixturenames", ()):
                 item.add_marker(pytest.mark.cluster)
-        elif SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("stack"):
+        elif (
+            path[0] in ("stack", "ui")  # these start, stop or drive services of their own
+            or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or item.get_closest_marker("stack")
+        ):
             item.add_marker(pytest.mark.integration)
 
 
