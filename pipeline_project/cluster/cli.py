@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from pipeline_project.stack.errors import StackError
+from pipeline_project.stack_cli import fail
 
 from .cluster import Cluster
 from .topology import ClusterSpec
@@ -46,15 +46,8 @@ def _options(
     try:
         spec = ClusterSpec(prefix=prefix, subnet=subnet, **({"root": root} if root is not None else {}))
     except StackError as err:
-        raise _fail(err) from None
+        raise fail(err) from None
     ctx.obj = Cluster(spec)
-
-
-def _fail(err: Exception) -> typer.Exit:
-    message = str(err) if isinstance(err, StackError) else f"{type(err).__name__}: {err}"
-    line = (message.strip().splitlines() or [type(err).__name__])[0]
-    err_console.print(Text.assemble(("error: ", "red"), line), highlight=False, soft_wrap=True)
-    return typer.Exit(1)
 
 
 @cluster_app.command()
@@ -67,7 +60,7 @@ def up(
     try:
         launched = ctx.obj.up(timeout=timeout, progress=console.log)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        raise _fail(err) from None
+        raise fail(err) from None
     console.log(f"cluster up: {len(launched)} process(es) started in {time.monotonic() - started:.0f} s")
 
 
@@ -82,9 +75,9 @@ def down(
         cluster.down(wipe=wipe, progress=console.log)
         left = cluster.leftovers()
     except Exception as err:  # noqa: BLE001
-        raise _fail(err) from None
+        raise fail(err) from None
     if left:
-        raise _fail(StackError(f"left behind: {', '.join(left)}"))
+        raise fail(StackError(f"left behind: {', '.join(left)}"))
 
 
 @cluster_app.command()
@@ -96,7 +89,7 @@ def status(
     try:
         hosts = ctx.obj.status()
     except Exception as err:  # noqa: BLE001
-        raise _fail(err) from None
+        raise fail(err) from None
     if as_json:
         typer.echo(json.dumps([h.to_dict() for h in hosts], indent=2))
     else:
@@ -121,7 +114,7 @@ def cut(ctx: typer.Context, host: HostArg) -> None:
     try:
         ctx.obj.cut(host)
     except Exception as err:  # noqa: BLE001
-        raise _fail(err) from None
+        raise fail(err) from None
     console.log(f"{host}: link down")
 
 
@@ -131,7 +124,7 @@ def heal(ctx: typer.Context, host: HostArg) -> None:
     try:
         ctx.obj.heal(host)
     except Exception as err:  # noqa: BLE001
-        raise _fail(err) from None
+        raise fail(err) from None
     console.log(f"{host}: link up")
 
 
@@ -141,7 +134,7 @@ def kill(ctx: typer.Context, host: HostArg) -> None:
     try:
         pids = ctx.obj.kill(host)
     except Exception as err:  # noqa: BLE001
-        raise _fail(err) from None
+        raise fail(err) from None
     console.log(f"{host}: killed {len(pids)} process(es)")
 
 
@@ -155,7 +148,7 @@ def logs(
     try:
         tails = ctx.obj.logs(host, lines)
     except Exception as err:  # noqa: BLE001
-        raise _fail(err) from None
+        raise fail(err) from None
     for name, tail in tails.items():
         console.rule(name)
         typer.echo("\n".join(tail))
@@ -166,10 +159,10 @@ def exec_cmd(ctx: typer.Context, host: HostArg) -> None:
     """Run a command on a host with the cluster's settings in its environment: `cluster exec trainer-1 -- CMD`."""
     argv = list(ctx.args)
     if not argv:
-        raise _fail(StackError("no command given: `pipeline-project cluster exec HOST -- CMD ARGS`"))
+        raise fail(StackError("no command given: `pipeline-project cluster exec HOST -- CMD ARGS`"))
     try:
         result = ctx.obj.exec(host, argv)
     except Exception as err:  # noqa: BLE001
-        raise _fail(err) from None
+        raise fail(err) from None
     # a command killed by a signal exits as a shell reports it: 128 + the signal's number
     raise typer.Exit(result.returncode if result.returncode >= 0 else 128 - result.returncode)
