@@ -25,7 +25,6 @@ cluster_app = typer.Typer(
 )
 
 console = Console() if sys.stdout.isatty() else Console(width=160)
-err_console = Console(stderr=True)
 
 HostArg = Annotated[str, typer.Argument(help="broker-1..3, s3, postgres, mlflow, dagster, trainer-1, trainer-2")]
 
