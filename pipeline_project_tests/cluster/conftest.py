@@ -1,11 +1,13 @@
 """One namespace cluster for the whole session, shared by every module of this folder.
 
 Its own cluster (prefix `ppt`, subnet 10.78.0.0/24, state under .cluster/pytest), never the developer's `pp` one
-nor the shared loopback stack. `test_down_leaves_no_namespace_link_or_process` takes it down, so it runs last.
+nor the shared loopback stack. `PP_TEST_CLUSTER_PREFIX` and `PP_TEST_CLUSTER_SUBNET` pick another, so that two
+sessions can run cluster tests side by side. `test_down_leaves_no_namespace_link_or_process` takes it down, so it runs last.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -13,7 +15,12 @@ import pytest
 from pipeline_project.cluster import Cluster, ClusterSpec
 from pipeline_project.stack.config import REPO_ROOT
 
-SPEC = ClusterSpec(root=REPO_ROOT / ".cluster" / "pytest", prefix="ppt", subnet="10.78.0.0/24")
+_PREFIX = os.environ.get("PP_TEST_CLUSTER_PREFIX", "ppt")
+SPEC = ClusterSpec(
+    root=REPO_ROOT / ".cluster" / f"pytest-{_PREFIX}",
+    prefix=_PREFIX,
+    subnet=os.environ.get("PP_TEST_CLUSTER_SUBNET", "10.78.0.0/24"),
+)
 CLI_OPTS = ["cluster", "--dir", str(SPEC.root), "--prefix", SPEC.prefix, "--subnet", SPEC.subnet]
 LAST = "test_down_leaves_no_namespace_link_or_process"
 
