@@ -300,7 +300,7 @@ def _sentence(rng: random.Random, lang: str) -> str:
     return sentence[:1].upper() + sentence[1:]
 
 
-def _doc(rng: random.Random, lang: str, paragraphs: int = 4) -> str:
+def prose_document(rng: random.Random, lang: str, paragraphs: int = 4) -> str:
     sep = "" if lang == "zh" else " "
     paras = []
     for i in range(paragraphs):
@@ -329,10 +329,10 @@ def generate(seed: int = 0, docs_per_language: int = 150) -> list[SampleFile]:
     """Files under `raw/` as the demo uploads them: mixed formats, languages (Chinese too), code, a book,
     duplicates and junk."""
     rng = random.Random(seed)
-    en = [_doc(rng, "en", rng.randint(2, 4)) for _ in range(docs_per_language * 2)]
-    de = [_doc(rng, "de", 2) for _ in range(docs_per_language)]
-    fr = [_doc(rng, "fr", 2) for _ in range(docs_per_language)]
-    zh = [_doc(rng, "zh", 3) for _ in range(docs_per_language)]
+    en = [prose_document(rng, "en", rng.randint(2, 4)) for _ in range(docs_per_language * 2)]
+    de = [prose_document(rng, "de", 2) for _ in range(docs_per_language)]
+    fr = [prose_document(rng, "fr", 2) for _ in range(docs_per_language)]
+    zh = [prose_document(rng, "zh", 3) for _ in range(docs_per_language)]
     dupes = [rng.choice(en) for _ in range(8)] + [rng.choice(zh) for _ in range(4)]
     near = [_near_duplicate(rng, rng.choice(en)) for _ in range(8)]
     pii = [
@@ -359,11 +359,11 @@ def generate(seed: int = 0, docs_per_language: int = 150) -> list[SampleFile]:
             "raw/sample/txt/letter_latin1.txt",
             ("Une lettre écrite à Genève. " + " ".join(FR[:4])).encode("latin-1", "replace"),
         ),
-        SampleFile("raw/sample/txt/essay.txt.gz", gzip.compress(_doc(rng, "en").encode())),
-        SampleFile("raw/sample/txt/truncated.txt.gz", gzip.compress(_doc(rng, "en").encode())[:60]),
+        SampleFile("raw/sample/txt/essay.txt.gz", gzip.compress(prose_document(rng, "en").encode())),
+        SampleFile("raw/sample/txt/truncated.txt.gz", gzip.compress(prose_document(rng, "en").encode())[:60]),
     ]
     for i in range(3):
-        files.append(SampleFile(f"raw/sample/txt/story_{i}.txt", _doc(rng, "en").encode()))
+        files.append(SampleFile(f"raw/sample/txt/story_{i}.txt", prose_document(rng, "en").encode()))
     # drawn last, so the files above are the same for a seed as before these were added
     code = [code_file(rng, i) for i in range(max(2, docs_per_language // 10))]
     files.append(

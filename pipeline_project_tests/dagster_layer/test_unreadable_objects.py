@@ -19,7 +19,7 @@ from pipeline_project.assets import cleaned
 from pipeline_project.assets.cleaned import cleaned_shards
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.definitions import defs
-from pipeline_project.demo.sample_corpus import _doc
+from pipeline_project.demo.sample_corpus import prose_document
 from pipeline_project.sensors.raw_s3 import raw_s3_sensor
 
 pytestmark = pytest.mark.stack
@@ -59,8 +59,13 @@ def test_unreadable_objects_are_quarantined_with_their_reason_and_counts_add_up(
     rng = random.Random(7)
     names = ["good.txt", "denied.txt", "archived.txt", "gone.txt", "replaced.txt"]
     for name in names:
-        s3.put_object(Bucket=layout.bucket, Key=layout.raw_prefix + name, Body=_doc(rng, "en", 3).encode())
-    good = json.dumps({"text": _doc(rng, "en", 3)}) + "\n" + json.dumps({"text": _doc(rng, "en", 3)}) + "\n"
+        s3.put_object(Bucket=layout.bucket, Key=layout.raw_prefix + name, Body=prose_document(rng, "en", 3).encode())
+    good = (
+        json.dumps({"text": prose_document(rng, "en", 3)})
+        + "\n"
+        + json.dumps({"text": prose_document(rng, "en", 3)})
+        + "\n"
+    )
     s3.put_object(Bucket=layout.bucket, Key=layout.raw_prefix + "good2.jsonl", Body=good.encode())
     with dg.build_sensor_context(instance=instance, resources={k: resources[k] for k in ("s3", "layout")},
                                  definitions=defs) as ctx:  # fmt: skip
