@@ -307,7 +307,3 @@ def make_s3_client(
             read_timeout=read_timeout,
         ),
     )
-
-
-def get_settings() -> Settings:
-    return Settings()

@@ -6,7 +6,7 @@ Never imports dagster; the `cleaned_shards` asset configures and calls it.
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup_index import DedupIndex, IndexEntry
 from pipeline_project.cleaning.errors import CleaningError, CountsMismatchError
-from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult, build_steps
+from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult
 from pipeline_project.cleaning.publish import (
     PublishedBatch,
     ShardEntry,
@@ -40,7 +40,6 @@ __all__ = [
     "ShardEntry",
     "ShardManifest",
     "StepStats",
-    "build_steps",
     "iter_shard_texts",
     "load_index",
     "publish_batch",

@@ -25,7 +25,6 @@ from pipeline_project.cleaning.profiles import (
     Positioned,
     ProfileRouter,
     build_chains,
-    filter_chains,
     run_filter_stage,
     split_at_dedup,
 )
@@ -44,11 +43,6 @@ def default_workers(memory_per_worker_mb: int = 1024) -> int:
     """One worker per CPU the container's quota allows (not the node's cores), as many as its memory limit holds
     at `memory_per_worker_mb` each (`container.usable_workers`)."""
     return usable_workers(memory_per_worker_mb << 20)
-
-
-def filter_steps(config: CleaningConfig) -> dict[str, list[Step]]:
-    """Per profile, the steps of its chain that come before the first deduplication step."""
-    return filter_chains(config)
 
 
 def sink_mask(text: str, config: CleaningConfig, domain: str | None = None) -> str:

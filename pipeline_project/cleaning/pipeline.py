@@ -22,13 +22,12 @@ from pipeline_project.cleaning.profile_config import PROFILE_NAMES
 from pipeline_project.cleaning.profiles import (
     Positioned,
     ProfileRouter,
-    build_chain,
     build_chains,
     run_chain,
     split_at_dedup,
 )
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
-from pipeline_project.cleaning.steps import RunContext, Step, StepStats
+from pipeline_project.cleaning.steps import RunContext, StepStats
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +133,6 @@ class CleaningResult:
 
     def removal_table_markdown(self) -> str:
         return removal_tables(self.step_stats, self.counts)
-
-
-def build_steps(config: CleaningConfig, profile: str = "en_web") -> list[Step]:
-    """One profile's chain (`profiles.build_chain`); en_web is the chain every document went through before
-    profiles: FineWeb's order, dedup before PII so masks never hide a duplicate."""
-    return build_chain(config, profile)
 
 
 @dataclass

@@ -379,13 +379,3 @@ def generate(seed: int = 0, docs_per_language: int = 150) -> list[SampleFile]:
 def describe(files: list[SampleFile]) -> str:
     total = sum(len(f.data) for f in files)
     return f"{len(files)} files, {total / 1e3:.0f} kB"
-
-
-def write_to_dir(files: list[SampleFile], root) -> None:
-    """Each file at `root / key`; a key that would land outside `root` raises `ingest.UnsafeKeyError`."""
-    from pipeline_project.ingest import key_to_path
-
-    for f in files:
-        p = key_to_path(root, f.key)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(f.data)

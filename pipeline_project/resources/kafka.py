@@ -22,8 +22,7 @@ from pipeline_project.streaming.kafka_client import (
 )
 
 if TYPE_CHECKING:
-    from pipeline_project.streaming.ledger import LedgerRecords
-    from pipeline_project.streaming.producer import ProduceReport
+    from pipeline_project.streaming.ledger import LedgerRecords, ProduceReport
 
 PREFLIGHT_TIMEOUT_S = 5.0
 
@@ -118,7 +117,7 @@ class KafkaResource(dg.ConfigurableResource):
             )
 
     def ledger_entry(self, topic: str, ledger_key: str) -> ProduceReport | None:
-        from pipeline_project.streaming.producer import read_ledger
+        from pipeline_project.streaming.ledger import read_ledger
 
         with self.ledger_index() as index:
             return read_ledger(self.settings(), topic, keys=[ledger_key], index=index).get(ledger_key)
@@ -147,7 +146,7 @@ class KafkaResource(dg.ConfigurableResource):
 
     def verify_blocks(self, report: ProduceReport) -> dict[str, Any]:
         """Read the report's offset ranges back (read_committed); raises if they do not hold its blocks."""
-        from pipeline_project.streaming.producer import verify_produced
+        from pipeline_project.streaming.verify import verify_produced
 
         return verify_produced(self.settings(), report)
 

@@ -51,27 +51,6 @@ class LedgerIndex(Protocol):
         ...
 
 
-class MemoryLedgerIndex:
-    """In one process: for tests of the read logic, and for a long-lived process reading one ledger repeatedly."""
-
-    def __init__(self) -> None:
-        self.rows: dict[tuple[str, str], tuple[int, int, bytes | None]] = {}
-        self.positions: dict[tuple[str, int], int] = {}
-
-    def snapshot(self, ledger_id: str, keys: Collection[str]) -> tuple[dict[int, int], dict[str, bytes | None]]:
-        positions = {p: off for (lid, p), off in self.positions.items() if lid == ledger_id}
-        values = {k: self.rows[(ledger_id, k)][2] for k in keys if (ledger_id, k) in self.rows}
-        return positions, values
-
-    def update(self, ledger_id: str, changes: Changes, positions: dict[int, int]) -> None:
-        for key, (p, off, value) in changes.items():
-            old = self.rows.get((ledger_id, key))
-            if old is None or (old[0], old[1]) < (p, off):
-                self.rows[(ledger_id, key)] = (p, off, value)
-        for p, off in positions.items():
-            self.positions[(ledger_id, p)] = max(off, self.positions.get((ledger_id, p), 0))
-
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledger_records (
     ledger_id text NOT NULL,

@@ -55,7 +55,6 @@ from pipeline_project.streaming.ledger import (
     ensure_ledger_topic,
     fingerprint_of,
     ledger_topic,
-    read_ledger,
     read_ledger_records,
 )
 from pipeline_project.streaming.ledger_checks import check_not_retired, check_record, check_same_writer
@@ -72,25 +71,10 @@ from pipeline_project.streaming.staging import (
 )
 from pipeline_project.streaming.topics import topic_id
 from pipeline_project.streaming.transactions import BatchTotals, BatchTransactions
-from pipeline_project.streaming.verify import verify_produced
 from pipeline_project.streaming.visibility import wait_until_visible
-
-# ProduceReport, read_ledger, ledger_topic and verify_produced live in `ledger` / `verify`; they are
-# re-exported here for callers that import the whole producer API from this module.
-__all__ = [
-    "LedgerConflictError",
-    "ProduceReport",
-    "ProducerConfig",
-    "ledger_topic",
-    "produce_blocks",
-    "read_ledger",
-    "transactional_id_for",
-    "verify_produced",
-]
 
 log = logging.getLogger(__name__)
 
-_rechunk = rechunk  # the name the unit tests know
 Document = str | tuple[str | None, str]  # a text, or (domain, text)
 
 

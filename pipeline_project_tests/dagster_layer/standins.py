@@ -25,9 +25,8 @@ from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.mlflow import MlflowResource
 from pipeline_project.streaming.format import PAD_TOKEN
-from pipeline_project.streaming.ledger import LedgerRecords
+from pipeline_project.streaming.ledger import LedgerRecords, ProduceReport
 from pipeline_project.streaming.packing import DomainPackers
-from pipeline_project.streaming.producer import ProduceReport
 
 _S3: dict[str, dict[tuple[str, str], tuple[bytes, datetime]]] = {}
 _KAFKA: dict[str, dict[str, Any]] = {}

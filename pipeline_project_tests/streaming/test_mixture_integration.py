@@ -20,8 +20,9 @@ from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.loader import LoaderConfig
 from pipeline_project.streaming.mixture import MixtureConfig
 from pipeline_project.streaming.mixture_loader import make_loader
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, verify_produced
+from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
 from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.verify import verify_produced
 from pipeline_project_tests.streaming.kafka_helpers import consume_all
 
 pytestmark = pytest.mark.stack

@@ -4,8 +4,8 @@ import pytest
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.ledger import ProduceReport, ledger_topic
 from pipeline_project.streaming.prefetch import prefetch_batches
-from pipeline_project.streaming.producer import ProducerConfig, _rechunk, transactional_id_for
-from pipeline_project.streaming.staging import read_while
+from pipeline_project.streaming.producer import ProducerConfig, transactional_id_for
+from pipeline_project.streaming.staging import read_while, rechunk
 
 
 def _arr(start, n, seq_len=3):
@@ -14,16 +14,16 @@ def _arr(start, n, seq_len=3):
 
 def test_rechunk_groups_into_full_messages_and_keeps_order():
     pieces = [_arr(0, 2), _arr(2, 0), _arr(2, 5), _arr(7, 1), _arr(8, 3)]
-    out = list(_rechunk(pieces, per_message=4))
+    out = list(rechunk(pieces, per_message=4))
     assert [len(m) for m in out] == [4, 4, 3]
     np.testing.assert_array_equal(np.concatenate(out), _arr(0, 11))
 
 
 def test_rechunk_splits_large_arrays_and_handles_empty_input():
-    out = list(_rechunk([_arr(0, 10)], per_message=3))
+    out = list(rechunk([_arr(0, 10)], per_message=3))
     assert [len(m) for m in out] == [3, 3, 3, 1]
     np.testing.assert_array_equal(np.concatenate(out), _arr(0, 10))
-    assert list(_rechunk([], per_message=3)) == []
+    assert list(rechunk([], per_message=3)) == []
 
 
 def test_report_ledger_json_round_trip():
