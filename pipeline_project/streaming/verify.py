@@ -10,6 +10,8 @@ A report with per-domain counts is also checked domain by domain against the mes
 from __future__ import annotations
 
 import time
+from contextlib import closing
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -20,6 +22,26 @@ from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.ledger import ProduceReport
 
 
+@dataclass
+class _Tally:
+    messages: int = 0
+    blocks: int = 0
+    pad_tokens: int = 0
+    per_partition: dict[int, int] = field(default_factory=dict)
+    domains: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, partition: int, blocks: int, pad_tokens: int, domain: str | None) -> None:
+        self.per_partition[partition] = self.per_partition.get(partition, 0) + 1
+        self.messages += 1
+        self.blocks += blocks
+        self.pad_tokens += pad_tokens
+        if domain is not None:
+            d = self.domains.setdefault(domain, {"messages": 0, "blocks": 0, "pad_tokens": 0})
+            d["messages"] += 1
+            d["blocks"] += blocks
+            d["pad_tokens"] += pad_tokens
+
+
 def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: float = 60.0) -> dict[str, Any]:
     """Read back the report's offset ranges (read_committed) and check its messages and blocks are there.
 
@@ -28,11 +50,34 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
     report's seq_len and tokenizer hash, and counted.
     Raises ProducedDataMismatchError (or MalformedMessageError) on any difference.
     """
+    tally = _Tally()
+    with closing(_claimed_messages(settings, report, timeout_s)) as claimed:  # closes the consumer on any error
+        for msg, header in claimed:
+            if header.source != report.source:
+                continue
+            where = dict(topic=report.topic, partition=msg.partition(), offset=msg.offset())
+            arr = decode_message(
+                msg.value(),
+                msg.headers(),
+                expected_seq_len=report.seq_len,
+                expected_tokenizer_hash=report.tokenizer_hash,
+                **where,
+            )
+            tally.add(msg.partition(), len(arr), header.pad_tokens, header.domain)
+    _check(report, tally)
+    return {
+        "messages": tally.messages,
+        "blocks": tally.blocks,
+        "pad_tokens": tally.pad_tokens,
+        "messages_per_partition": tally.per_partition,
+        "domains": tally.domains,
+    }
+
+
+def _claimed_messages(settings: KafkaSettings, report: ProduceReport, timeout_s: float):
+    """Yield (message, header) of every committed message in the report's ranges; raise if a range is short."""
     topic = report.topic
     consumer = settings.make_consumer(overrides={"enable.partition.eof": True, "isolation.level": "read_committed"})
-    per_partition: dict[int, int] = {}
-    messages = blocks = pad = 0
-    domains: dict[str, dict[str, int]] = {}
     try:
         consumer.assign([TopicPartition(topic, p, first) for p, (first, _) in report.offsets.items()])
         pending = dict(report.offsets)
@@ -53,43 +98,22 @@ def verify_produced(settings: KafkaSettings, report: ProduceReport, timeout_s: f
                     continue
                 if p not in pending or msg.offset() > pending[p][1]:
                     continue
-                where = dict(topic=topic, partition=p, offset=msg.offset())
-                header = read_header(msg.headers(), **where)
+                header = read_header(msg.headers(), topic=topic, partition=p, offset=msg.offset())
                 if msg.offset() == pending[p][1]:
                     del pending[p]
                     consumer.incremental_unassign([TopicPartition(topic, p)])
-                if header.source != report.source:
-                    continue
-                arr = decode_message(
-                    msg.value(),
-                    msg.headers(),
-                    expected_seq_len=report.seq_len,
-                    expected_tokenizer_hash=report.tokenizer_hash,
-                    **where,
-                )
-                per_partition[p] = per_partition.get(p, 0) + 1
-                messages += 1
-                blocks += len(arr)
-                pad += header.pad_tokens
-                if header.domain is not None:
-                    d = domains.setdefault(header.domain, {"messages": 0, "blocks": 0, "pad_tokens": 0})
-                    d["messages"] += 1
-                    d["blocks"] += len(arr)
-                    d["pad_tokens"] += header.pad_tokens
+                yield msg, header
     finally:
         consumer.close()
-    if (messages, blocks, pad) != (report.messages, report.blocks, report.pad_tokens):
+
+
+def _check(report: ProduceReport, tally: _Tally) -> None:
+    read = (tally.messages, tally.blocks, tally.pad_tokens)
+    if read != (report.messages, report.blocks, report.pad_tokens):
         raise ProducedDataMismatchError(
-            f"{topic}: read {messages} messages / {blocks} blocks / {pad} pad tokens in the claimed ranges, "
-            f"the report claims {report.messages} / {report.blocks} / {report.pad_tokens}"
+            f"{report.topic}: read {read[0]} messages / {read[1]} blocks / {read[2]} pad tokens in the claimed "
+            f"ranges, the report claims {report.messages} / {report.blocks} / {report.pad_tokens}"
         )
     claimed = {d: {k: c[k] for k in ("messages", "blocks", "pad_tokens")} for d, c in report.domains.items()}
-    if report.domains and dict(sorted(domains.items())) != dict(sorted(claimed.items())):
-        raise ProducedDataMismatchError(f"{topic}: read per domain {domains}, the report claims {claimed}")
-    return {
-        "messages": messages,
-        "blocks": blocks,
-        "pad_tokens": pad,
-        "messages_per_partition": per_partition,
-        "domains": domains,
-    }
+    if report.domains and dict(sorted(tally.domains.items())) != dict(sorted(claimed.items())):
+        raise ProducedDataMismatchError(f"{report.topic}: read per domain {tally.domains}, the report claims {claimed}")
