@@ -117,30 +117,36 @@ def up(
             kafka_security="sasl_ssl" if secure else None,
             kafka_sasl_mechanism=sasl_mechanism,
         )
-        started_at = time.monotonic()
-        with console.status("starting the stack...") as spinner:
-
-            def progress(msg: str) -> None:
-                console.log(msg)
-                spinner.update(msg)
-
-            try:
-                stack.up(names, timeout=timeout, progress=progress)
-            except KeyboardInterrupt:
-                raise StackError("interrupted; the processes this `up` launched were stopped") from None
-        console.log(f"stack up in {time.monotonic() - started_at:.1f}s (state: {stack.state_dir})")
-        print_status(stack.status(names))
-        if "kafka" in names and stack.config.kafka_secure is not None:
-            env_cmd = "pipeline-project stack env"
-            if stack.state_dir != default_state_dir():
-                env_cmd += f" --state-dir {shlex.quote(str(stack.state_dir))}"
-            console.print(
-                f'Kafka clients of the SASL_SSL listener need (or run `eval "$({env_cmd})"`):', highlight=False
-            )
-            kafka_env = {k: v for k, v in _env_lines(stack.config).items() if k.startswith("KAFKA_")}
-            console.print("\n".join(kafka_env.values()), highlight=False, soft_wrap=True)
+        _start(stack, names, timeout)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise fail(err) from None
+
+
+def _start(stack: Stack, names: list[str], timeout: float) -> None:
+    started_at = time.monotonic()
+    with console.status("starting the stack...") as spinner:
+
+        def progress(msg: str) -> None:
+            console.log(msg)
+            spinner.update(msg)
+
+        try:
+            stack.up(names, timeout=timeout, progress=progress)
+        except KeyboardInterrupt:
+            raise StackError("interrupted; the processes this `up` launched were stopped") from None
+    console.log(f"stack up in {time.monotonic() - started_at:.1f}s (state: {stack.state_dir})")
+    print_status(stack.status(names))
+    if "kafka" in names and stack.config.kafka_secure is not None:
+        _print_kafka_env(stack)
+
+
+def _print_kafka_env(stack: Stack) -> None:
+    env_cmd = "pipeline-project stack env"
+    if stack.state_dir != default_state_dir():
+        env_cmd += f" --state-dir {shlex.quote(str(stack.state_dir))}"
+    console.print(f'Kafka clients of the SASL_SSL listener need (or run `eval "$({env_cmd})"`):', highlight=False)
+    kafka_env = {k: v for k, v in _env_lines(stack.config).items() if k.startswith("KAFKA_")}
+    console.print("\n".join(kafka_env.values()), highlight=False, soft_wrap=True)
 
 
 def _env_lines(config: StackConfig) -> dict[str, str]:
