@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import bench_results  # noqa: E402
 import seed_baseline  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 
@@ -81,6 +82,10 @@ def new_topic(kafka: KafkaSettings, prefix: str, partitions: int = 8) -> str:
     name = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka.make_admin(), name, partitions=partitions, replication_factor=3, min_insync_replicas=2)
     return name
+
+
+class ImplausibleReferenceError(RuntimeError):
+    """A reference tool did not do what it was asked to (read fewer messages, waited out its timeout)."""
 
 
 class _Tok:
@@ -173,6 +178,9 @@ def bench_produce(kafka, tok, blocks, seq_len, produce_mb, repeats):
             "max.request.size=1048576",
             "enable.idempotence=true",
         )
+        sent = int(re.findall(r"(\d+) records sent", out)[-1])
+        if sent != n_records:
+            raise ImplausibleReferenceError(f"ProducerPerformance sent {sent} records, asked for {n_records}")
         java.append(float(re.findall(r"\(([\d.]+) MB/sec\)", out)[-1]))
     return {
         "ours_mib_per_s": median(ours),
@@ -189,18 +197,17 @@ def bench_produce(kafka, tok, blocks, seq_len, produce_mb, repeats):
 # -- 2. raw consume vs ConsumerPerformance ----------------------------------------------------
 
 
-def count_messages(kafka, topic):
+def partitions_of(kafka, topic):
     c = kafka.make_consumer()
     md = c.list_topics(topic, timeout=10).topics[topic]
-    total = 0
-    for p in md.partitions:
-        lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        total += hi - lo
     c.close()
-    return total, sorted(md.partitions)
+    return sorted(md.partitions)
 
 
-def raw_consume(kafka, topic, partitions, n_messages):
+def raw_consume(kafka, topic, partitions):
+    """Read the topic once, read_committed, from offset 0 to each partition's end: (MiB/s, messages, bytes).
+
+    The offsets are no message count: bounded transactions leave a commit marker per transaction and partition."""
     c = kafka.make_consumer(overrides={"enable.partition.eof": True})
     c.assign([TopicPartition(topic, p, 0) for p in partitions])
     nbytes = got = eofs = 0
@@ -214,7 +221,26 @@ def raw_consume(kafka, topic, partitions, n_messages):
             got += 1
     sec = time.perf_counter() - t0
     c.close()
-    return nbytes / MIB / sec
+    return nbytes / MIB / sec, got, nbytes
+
+
+def consumer_perf_row(out: str, n_msgs: int, n_bytes: int) -> dict[str, float]:
+    """ConsumerPerformance's result row by column name; raises unless it read exactly the messages it was asked for.
+
+    A tool asked for more messages than the topic holds reads them all, then waits out `--timeout`: its MB/s is
+    then mostly waiting (3.2 MiB/s instead of ~240 on 2026-12-05)."""
+    lines = [r for r in out.strip().splitlines() if r.strip()]
+    header = next((r for r in lines if r.startswith("start.time")), None)
+    if header is None:
+        raise ImplausibleReferenceError(f"ConsumerPerformance printed no result header: {out[-500:]!r}")
+    row = dict(zip([h.strip() for h in header.split(",")], lines[-1].split(",")))
+    got = int(float(row["data.consumed.in.nMsg"]))
+    mib = float(row["data.consumed.in.MB"])
+    if got != n_msgs or abs(mib - n_bytes / MIB) > 0.01 * n_bytes / MIB + 0.01:
+        raise ImplausibleReferenceError(
+            f"ConsumerPerformance read {got} messages / {mib:.1f} MB, asked for {n_msgs} / {n_bytes / MIB:.1f}"
+        )
+    return {k: float(row[k]) for k in ("fetch.MB.sec", "MB.sec", "fetch.time.ms", "rebalance.time.ms")}
 
 
 def run_loader(kafka, topic, seq_len, batch_size, num_workers=1, state=None, max_batches=None):
@@ -247,10 +273,11 @@ def run_loader(kafka, topic, seq_len, batch_size, num_workers=1, state=None, max
 
 
 def bench_consume(kafka, topic, seq_len, batch_size, repeats):
-    n_msgs, partitions = count_messages(kafka, topic)
+    partitions = partitions_of(kafka, topic)
+    _, n_msgs, n_bytes = raw_consume(kafka, topic, partitions)  # the real count (and a warm page cache)
     props = Path(tempfile.mkdtemp()) / "consumer.properties"
     props.write_text("isolation.level=read_committed\nfetch.max.bytes=67108864\nmax.partition.fetch.bytes=8388608\n")
-    java, raw, loader = [], [], []
+    java, raw, loader, runs = [], [], [], []
     for _ in range(repeats):
         out = java_tool(
             "org.apache.kafka.tools.ConsumerPerformance",
@@ -259,7 +286,7 @@ def bench_consume(kafka, topic, seq_len, batch_size, repeats):
             "--topic",
             topic,
             "--messages",
-            str(n_msgs - 2 * len(partitions)),
+            str(n_msgs),
             "--timeout",
             "60000",
             "--consumer.config",
@@ -267,11 +294,17 @@ def bench_consume(kafka, topic, seq_len, batch_size, repeats):
             "--group",
             f"perf-{uuid.uuid4().hex[:8]}",
         )
-        row = [r for r in out.strip().splitlines() if r and not r.startswith("start.time")][-1].split(",")
-        java.append(float(row[8]))  # fetch.MB.sec: excludes the group join, stricter for us
-        raw.append(raw_consume(kafka, topic, partitions, n_msgs))
+        row = consumer_perf_row(out, n_msgs, n_bytes)
+        java.append(row["fetch.MB.sec"])  # fetch.MB.sec: excludes the group join, stricter for us
+        mib_s, got, got_bytes = raw_consume(kafka, topic, partitions)
+        if (got, got_bytes) != (n_msgs, n_bytes):
+            raise ImplausibleReferenceError(f"raw consume read {got} messages, {got_bytes} bytes; topic holds {n_msgs}")
+        raw.append(mib_s)
         n, sec, _, _, _ = run_loader(kafka, topic, seq_len, batch_size)
+        if not 0 <= n_bytes - n * 4 < batch_size * seq_len * 4 * len(partitions):  # at most partial batches short
+            raise ImplausibleReferenceError(f"the loader delivered {n * 4} payload bytes, the topic holds {n_bytes}")
         loader.append(n * 4 / MIB / sec)  # payload bytes (uint32) delivered as ready int64 batches
+        runs.append({"consumer_perf": row, "raw_mib_per_s": mib_s, "loader_mib_per_s": loader[-1]})
     return {
         "consumer_perf_fetch_mib_per_s": median(java),
         "ours_raw_consume_mib_per_s": median(raw),
@@ -279,7 +312,9 @@ def bench_consume(kafka, topic, seq_len, batch_size, repeats):
         "ratio_raw": median(raw) / median(java),
         "ratio_loader": median(loader) / median(java),
         "messages": n_msgs,
+        "payload_bytes": n_bytes,
         "isolation": "read_committed",
+        "runs": runs,
     }
 
 
@@ -326,7 +361,7 @@ def bench_delivered(kafka, tok, topic, docs, seq_len, batch_size, repeats, seed_
 
 def bench_resume(kafka, topic, seq_len, batch_size, repeats):
     _n, _, _, _, end_state = run_loader(kafka, topic, seq_len, batch_size, max_batches=1)
-    _, partitions = count_messages(kafka, topic)
+    partitions = partitions_of(kafka, topic)
     c = kafka.make_consumer()
     highs = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
     c.close()
@@ -368,6 +403,7 @@ def main() -> None:
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
     log(f"corpus: {len(docs)} docs, {sum(len(d.encode()) for d in docs) / 1e6:.1f} MB")
 
+    load_start = os.getloadavg()[0]
     results = {"args": vars(args), "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
     results["tokenize"], blocks = bench_tokenize(tok_info, docs, args.seq_len, 512, args.repeats)
     log("tokenize", results["tokenize"])
@@ -408,6 +444,7 @@ def main() -> None:
         "gpus_fed_per_loader": results["delivered"]["ours_tokens_per_s"] / gpu_need,
     }
 
+    results["host"] = bench_results.host(load_start)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     r = results
@@ -459,6 +496,7 @@ def main() -> None:
         f"{r['gpu']['gpus_fed_per_loader']:.1f}x what one H100 training a 100M-param model consumes "
         f"(~{gpu_need:,.0f} tokens/s)."
     )
+    print(bench_results.load_line(results))
 
 
 if __name__ == "__main__":
