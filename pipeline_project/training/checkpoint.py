@@ -2,7 +2,8 @@
 
 Layout, locally under one directory and in S3 under `checkpoints/<run_name>/step-<n>-<id>/`:
 
-    hf/       config.json, model.safetensors, generation_config.json, tokenizer files
+    hf/       config.json, model.safetensors, generation_config.json, tokenizer files, and `MLmodel` with
+              components/tokenizer/: an MLflow model in place (`mlflow_model`)
     resume/   state.pt (optimizer, step, tokens, RNG, data-loader states of all ranks)
               data_state.json (the same loader states, readable: per-partition Kafka offsets)
 
@@ -53,6 +54,7 @@ from pipeline_project.training.checkpoint_ref import (
     parse_ref,
 )
 from pipeline_project.training.errors import CheckpointConflictError, CheckpointWriteError, InvalidCheckpointError
+from pipeline_project.training.mlflow_model import write_mlflow_model
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,7 @@ def save_checkpoint(
         raise CheckpointWriteError(f"save_pretrained wrote no safetensors into {hf_dir}")
     if tokenizer is not None:
         tokenizer.save(hf_dir)
+    write_mlflow_model(hf_dir, tokenizer)  # MLflow's loaders read hf/ in place (`mlflow_model`)
     torch.save(asdict(resume), resume_dir / STATE_FILE)
     (resume_dir / DATA_STATE_FILE).write_text(
         json.dumps({"step": resume.step, "data_states": resume.data_states}, indent=2, default=str)
