@@ -13,7 +13,7 @@ from pipeline_project.assets.partitions import batches
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
 from pipeline_project.definitions import defs
-from pipeline_project.demo.sample_corpus import _doc
+from pipeline_project.demo.sample_corpus import prose_document
 from pipeline_project.ingest import read_manifest
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.sensors.raw_s3 import raw_s3_sensor
@@ -49,7 +49,7 @@ def test_an_object_overwritten_after_its_batch_is_ingested_again_once(instance, 
     sensor_res = {k: resources[k] for k in ("s3", "layout")}
     uid = layout.topic.split("-")[1]
     rng = random.Random(uid)
-    v1, v2, other = (f"Marker{uid}{name}. " + _doc(rng, "en", 2) for name in ("first", "second", "other"))
+    v1, v2, other = (f"Marker{uid}{name}. " + prose_document(rng, "en", 2) for name in ("first", "second", "other"))
     key = f"{layout.raw_prefix}notes.txt"
     s3.put_object(Bucket=layout.bucket, Key=key, Body=v1.encode())
     s3.put_object(Bucket=layout.bucket, Key=f"{layout.raw_prefix}other.txt", Body=other.encode())
