@@ -16,14 +16,16 @@ counts them when it delivers the item, not when it prefetches it. More than `dea
 dead letters in one run raise DeadLetterLimitError.
 
 Bounded mode (end offsets given) follows the interleave over the live partitions regardless of
-fetch timing, and raises ReadTimeoutError when a partition yields nothing for `idle_timeout_s`
-before its end offset. Streaming mode draws the next partition among those with data fetched,
+fetch timing. A partition that yields nothing before its end offset is stalled, not ended (a broker
+host unreachable, a transaction holding the last stable offset back): after `idle_timeout_s` it is
+logged and waited out, up to `stall_timeout_s` in all, then ReadTimeoutError. Streaming mode draws the next partition among those with data fetched,
 and ends after `idle_timeout_s` without data. The generator returns without yielding once
 `stop` is set.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,6 +46,8 @@ from pipeline_project.streaming.format import PAD_TOKEN
 from pipeline_project.streaming.partition_reader import BufferEntry, PartitionReader
 from pipeline_project.streaming.preflight import SkippedRange
 from pipeline_project.streaming.state import Cursor, Interleaver
+
+log = logging.getLogger(__name__)
 
 Snapshot = Callable[[Mapping[int, Cursor], int | None], dict[str, Any]]
 
@@ -118,6 +122,7 @@ class BatchAssembler:
         snapshot: Snapshot,
         stop: threading.Event,
         allow_data_loss: bool = False,
+        stall_timeout_s: float = 300.0,
     ):
         self.readers = tuple(readers)
         self.topic = topic
@@ -125,6 +130,7 @@ class BatchAssembler:
         self.seq_len = seq_len
         self.end_offsets = dict(end_offsets) if end_offsets is not None else None  # None: streaming mode
         self.idle_timeout_s = idle_timeout_s
+        self.stall_timeout_s = stall_timeout_s
         self.poll_timeout_s = poll_timeout_s
         self.trace = trace
         self.pin_memory = pin_memory
@@ -262,22 +268,33 @@ class BatchAssembler:
         return DeadLetter(err.topic, err.partition, err.offset, err.problem, value=value, headers=headers)
 
     def _wait_for(self, reader: PartitionReader, p: int) -> bool:
-        """Fetch until partition p has an entry. Bounded: raise after idle_timeout_s; streaming: False."""
-        deadline = time.monotonic() + self.idle_timeout_s
+        """Fetch until partition p has an entry. Streaming: False after idle_timeout_s. Bounded: the end offset is
+        known and not reached, so no data is a stall: logged after idle_timeout_s, waited out up to
+        stall_timeout_s, then ReadTimeoutError."""
+        started = time.monotonic()
+        warned = False
         buf = reader.buffers[p]
         while not buf:
             if self.stop.is_set():
                 return False
             reader.fill(self.poll_timeout_s)
-            if buf:
-                return True
-            if time.monotonic() > deadline:
-                if self.end_offsets is None:
-                    return False
+            waited = time.monotonic() - started
+            if buf or waited <= self.idle_timeout_s:
+                continue
+            if self.end_offsets is None:
+                return False
+            if waited > self.stall_timeout_s:
                 raise ReadTimeoutError(
-                    f"{self.topic}[{p}]: no data for {self.idle_timeout_s:g}s before the end offset "
-                    f"{self.end_offsets[p]} captured at start (brokers down, or records deleted?)"
+                    f"{self.topic}[{p}]: no data for {waited:.0f}s (stall_timeout_s) before the end offset "
+                    f"{self.end_offsets[p]} captured at start (brokers unreachable, or records deleted?)"
                 )
+            if not warned:
+                warned = True
+                log.warning("%s[%d]: no data for %.0fs before the end offset %d; waiting for it (a broker "
+                            "unreachable?), up to stall_timeout_s=%gs", self.topic, p, waited, self.end_offsets[p],
+                            self.stall_timeout_s)  # fmt: skip
+        if warned:
+            log.warning("%s[%d]: data again after a stall of %.0fs", self.topic, p, time.monotonic() - started)
         return True
 
     def _wait_ready(self, live: set[int], readers: Sequence[PartitionReader]) -> set[int] | None:

@@ -137,6 +137,11 @@ _TRANSIENT_CODES = {
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION,
+    # the client's leader epoch is older / newer than the broker's: a leader moved (a broker host cut off) and
+    # the client's metadata is stale; Kafka documents both as retriable after a metadata refresh
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,  # ListOffsets during a leader election
     KafkaError._TRANSPORT,
     KafkaError._ALL_BROKERS_DOWN,
 }

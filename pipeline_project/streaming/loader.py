@@ -130,6 +130,7 @@ class KafkaBlockLoader:
             seq_len=cfg.seq_len,
             end_offsets=self._end_offsets,
             idle_timeout_s=cfg.idle_timeout_s,
+            stall_timeout_s=cfg.stall_timeout_s,
             poll_timeout_s=cfg.poll_timeout_s,
             trace=cfg.trace,
             pin_memory=self.pin,

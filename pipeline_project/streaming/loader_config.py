@@ -37,7 +37,10 @@ class LoaderConfig(BaseModel):
     world_size: int = Field(default_factory=lambda: DistEnv.from_env().world_size, ge=1)
     num_workers: int = Field(default=1, ge=1)
     mode: Literal["bounded", "streaming"] = "bounded"
+    # streaming: no data for this long ends the stream; bounded: a partition with no data this long before its end
+    # offset is logged as stalled (a broker unreachable) and waited for, up to stall_timeout_s, then ReadTimeoutError
     idle_timeout_s: float = Field(default=10.0, gt=0)
+    stall_timeout_s: float = Field(default=300.0, gt=0)
     seed: int = 0
     start_offsets: dict[int, int] | None = None
     end_offsets: dict[int, int] | None = None

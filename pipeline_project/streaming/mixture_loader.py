@@ -178,7 +178,7 @@ class MixtureBlockLoader(KafkaBlockLoader):
             self._readers, topic=cfg.topic, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
             end_offsets=self._end_offsets, idle_timeout_s=cfg.idle_timeout_s, poll_timeout_s=cfg.poll_timeout_s,
             trace=cfg.trace, pin_memory=self.pin, snapshot=self._snapshot, stop=self._stop,
-            allow_data_loss=cfg.allow_data_loss,
+            allow_data_loss=cfg.allow_data_loss, stall_timeout_s=cfg.stall_timeout_s,
         )  # fmt: skip
         self._delivered_state = self._mixture_snapshot()
 

@@ -2,12 +2,14 @@
 
 A ListOffsets request to a broker that was just killed, or that a loaded machine serves late, hangs
 until its request timeout. One call with the whole budget would turn that into a bare TimeoutError;
-`list_offsets` caps each attempt at `ATTEMPT_S`, retries transient failures until the deadline, and
-then raises ReadTimeoutError naming the partitions that never answered.
+`list_offsets` caps each attempt at `ATTEMPT_S`, retries transient failures (after a moved leader's, with the
+topic's metadata refreshed) until the deadline, and then raises ReadTimeoutError naming the partitions that
+never answered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -29,6 +31,7 @@ def one_attempt(
     futures = admin.list_offsets(req, isolation_level=isolation, request_timeout=attempt_s)
     found: dict[tuple[str, int], int] = {}
     last_error = ""
+    stale = False
     for tp, fut in futures.items():
         try:
             found[(tp.topic, tp.partition)] = int(fut.result(timeout=attempt_s + 1.0).offset)
@@ -38,7 +41,11 @@ def one_attempt(
             err = exc.args[0] if exc.args else None
             if err is None or not is_transient(err):
                 raise
-            last_error = err.str()
+            last_error, stale = err.str(), True
+    if stale:  # a leader moved: librdkafka looks leaders up in its cache, which a metadata request refreshes
+        for topic in {tp.topic for tp in req}:
+            with contextlib.suppress(KafkaException):
+                admin.list_topics(topic=topic, timeout=attempt_s)
     return found, last_error
 
 

@@ -108,17 +108,11 @@ def ensure_topic(
     retention = {k: v for k, v in zip(RETENTION_KEYS, (retention_ms, retention_bytes)) if v is not None}
     given = {**retention, **(config or {})}
     wanted = {"min.insync.replicas": str(min_insync_replicas), **{k: str(v) for k, v in given.items()}}
-    created = False
-    new = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=wanted)
-    future = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)[name]
-    try:
-        future.result(timeout=timeout_s)
-        created = True
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
-            raise TopicError(f"creating topic {name!r} failed: {kafka_error_text(exc)}") from None
-
+    created = not _exists(admin, name, timeout_s) and _create(
+        admin,
+        NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=wanted),
+        timeout_s,
+    )
     actual_partitions, actual_rf = _wait_for_leaders(admin, name, timeout_s)
     if created:
         _wait_for_offsets(admin, name, actual_partitions, timeout_s)
@@ -154,6 +148,40 @@ def ensure_topic(
             )
         raise TopicLayoutMismatchError(f"topic {name!r} exists with a different layout: " + "; ".join(diffs) + fix)
     return TopicLayout(name, actual_partitions, actual_rf, {k: actual_cfg[k] for k in wanted}, created)
+
+
+def _exists(admin: AdminClient, name: str, timeout_s: float) -> bool:
+    """Does the topic exist, by metadata any reachable broker serves? Asked before CreateTopics, which librdkafka
+    sends to the broker it takes for the controller: one that is unreachable (a cut host) would fail the call for
+    a topic that needs no creating. An answer other than "unknown topic" (e.g. a timeout) leaves it to create."""
+    future = admin.describe_topics(TopicCollection([name]), request_timeout=timeout_s)[name]
+    try:
+        future.result(timeout=timeout_s)
+        return True
+    except TimeoutError:
+        log.info("describing topic %r: no answer within %gs; trying to create it", name, timeout_s)
+        return False
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if not (isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            log.info("describing topic %r failed (%s); trying to create it", name, kafka_error_text(exc))
+        return False
+
+
+def _create(admin: AdminClient, new: NewTopic, timeout_s: float) -> bool:
+    """CreateTopics; True if this call created it, False if it already existed (created in between)."""
+    future = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)[new.topic]
+    try:
+        future.result(timeout=timeout_s)
+        return True
+    except TimeoutError:
+        raise TopicError(f"creating topic {new.topic!r}: no answer within {timeout_s:g}s "
+                         "(is the broker clients take for the controller reachable?)") from None  # fmt: skip
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            raise TopicError(f"creating topic {new.topic!r} failed: {kafka_error_text(exc)}") from None
+        return False
 
 
 def _shorter(actual: int, wanted: int) -> bool:

@@ -195,10 +195,14 @@ LOADER_BATCH = 8
 LOADER_SEED = 7
 
 
-def _consume(stack: Stack, topic: str, *, step_s: float = 0.0, on_batch=None) -> tuple[list, list[int], str]:
+def _consume(
+    stack: Stack, topic: str, *, step_s: float = 0.0, on_batch=None, **overrides: Any
+) -> tuple[list, list[int], str]:
+    """The bounded loader over `topic`: its trace, sequence numbers and batch digest; `overrides`: LoaderConfig
+    fields that leave the delivered order alone (buffering, timeouts)."""
     loader = KafkaBlockLoader(
         LoaderConfig(kafka=kafka_of(stack), topic=topic, seq_len=SEQ_LEN, batch_size=LOADER_BATCH, rank=0,
-                     world_size=1, num_workers=2, mode="bounded", seed=LOADER_SEED, trace=True)
+                     world_size=1, num_workers=2, mode="bounded", seed=LOADER_SEED, trace=True, **overrides)
     )  # fmt: skip
     digest, seqs, n = hashlib.sha256(), [], 0
     try:
@@ -224,6 +228,14 @@ def seed_loader_topic(stack: Stack, n_blocks: int = 3000) -> SeededTopic:
     write_seq_topic(kafka, topic, n_blocks, SEQ_LEN, blocks_per_message=8)
     trace, seqs, digest = _consume(stack, topic)
     return SeededTopic(topic, n_blocks, tuple(trace), tuple(seqs), digest)
+
+
+def delivered_counts(seqs: list[int], seeded: SeededTopic) -> tuple[int, int, int]:
+    """Blocks lost and duplicated by a loader run (by sequence number) against the undisturbed run, and found."""
+    counts, want = Counter(seqs), Counter(seeded.seqs)
+    lost = sum((want - counts).values())
+    duplicated = sum(c - 1 for c in counts.values() if c > 1)
+    return lost, duplicated, len(set(seqs) & set(seeded.seqs))
 
 
 def broker_kill_while_consuming(
@@ -258,13 +270,11 @@ def broker_kill_while_consuming(
         error = f"{type(exc).__name__}: {exc}"[:500]
     if "killed" in state:
         restarter.join(600)
-    counts, want = Counter(seqs), Counter(seeded.seqs)
-    lost = sum((want - counts).values())
-    duplicated = sum(c - 1 for c in counts.values() if c > 1)
+    lost, duplicated, found = delivered_counts(seqs, seeded)
     same = trace == list(seeded.trace) and digest == seeded.digest
     return TrialResult(
         kind="broker_kill_loader", timing_s=delay_s, victim=f"leader kafka-{victim_id}",
-        blocks_claimed=len(seeded.seqs), blocks_found=len(set(seqs) & set(seeded.seqs)), lost=lost,
+        blocks_claimed=len(seeded.seqs), blocks_found=found, lost=lost,
         duplicated=duplicated, recovery_s=state.get("recovery_s"), ok=same and not error and "killed" in state,
         error=error, seconds=time.monotonic() - t_start,
         detail={"same_trace": trace == list(seeded.trace), "same_digest": digest == seeded.digest,
