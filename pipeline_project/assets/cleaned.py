@@ -82,6 +82,7 @@ def cleaned_shards(
     try:
         with FilterPool(config, workers) if workers > 1 else contextlib.nullcontext() as pool:
             cleaner = StreamingCleaner(config, pool, cleaning.chunk_docs, cleaning.chunk_mb << 20)
+            writer.attributes = cleaner.attribute_writer()  # every document's decision and signals (Parquet)
             out = cleaner.run(iter_batch_items(client, manifest, config), batch_id, index, writer, records)
         shard_manifest = _manifest(batch_id, config, manifest, out, writer)
         refuse_other_content(kafka.ledger_records(layout.topic, batch_id), shard_manifest.content_hash(), batch_id,
@@ -139,6 +140,8 @@ def _manifest(batch_id, config, manifest, out, writer, attempt=""):
         shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
         exclusions=writer.exclusions_key,
         dedup_attempt=attempt,
+        attributes=writer.attributes_key if writer.attributes_sha256 else "",
+        attributes_sha256=writer.attributes_sha256,
     )
 
 

@@ -7,6 +7,8 @@ one shard at most, whatever the batch's size.
 Shards go under `<shard_dir><attempt>/`, a prefix of this attempt only: until the manifest that names them
 is written, the batch's previously published shards stay as they were (a refused re-run leaves no trace).
 `retract` takes documents back out of shards already uploaded (those another batch committed first).
+With an `AttributeWriter`, every document's decision and signals go to `<shard prefix>attributes.parquet`,
+uploaded with the exclusion sink (`attributes.py`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 
 import zstandard
 
+from pipeline_project.cleaning.attributes import ATTRIBUTES_NAME, AttributeWriter, sha256
 from pipeline_project.cleaning.records import Document
 from pipeline_project.cleaning.shards import read_shard, shard_line
 
@@ -39,6 +42,7 @@ class BatchWriter:
         shard_prefix: str,
         exclusions_key: str,
         max_shard_bytes: int = 32 * 1024 * 1024,
+        attributes: AttributeWriter | None = None,
     ):
         self.client = client
         self.bucket = bucket
@@ -54,6 +58,11 @@ class BatchWriter:
         self._excluded_writer = zstandard.ZstdCompressor(level=3).stream_writer(self._excluded, closefd=False)
         self.excluded_records = 0
         self._excluded_uploaded = False
+        self.attributes = attributes
+        self.attributes_key = f"{shard_prefix}{ATTRIBUTES_NAME}"  # uploaded when `attributes` is set
+        self.attributes_sha256 = ""
+        self._late: dict[str, str] = {}
+        self._copies: dict[str, tuple[int, int]] = {}
 
     # -- kept documents -------------------------------------------------------------------------------------
     def add_kept(self, docs: list[Document]) -> None:
@@ -100,6 +109,16 @@ class BatchWriter:
             self._excluded_writer.write((json.dumps(rec, ensure_ascii=False, default=str) + "\n").encode())
         self.excluded_records += len(records)
 
+    # -- attributes -------------------------------------------------------------------------------------------
+    def add_attributes(self, rows: list[dict]) -> None:
+        if self.attributes is not None:
+            self.attributes.add(rows)
+
+    def set_outcome(self, late: dict[str, str], copies: dict[str, tuple[int, int]]) -> None:
+        """What the index commit decided: late drops {doc_id: reason}, kept documents' copies {doc_id: (exact,
+        near)}; written into the attribute rows at upload."""
+        self._late, self._copies = dict(late), dict(copies)
+
     # -- end --------------------------------------------------------------------------------------------------
     def finish_shards(self) -> list[WrittenShard]:
         """Upload the last shard; returns every shard written (retract may still rewrite some)."""
@@ -107,6 +126,11 @@ class BatchWriter:
         return list(self.shards)
 
     def upload_exclusions(self) -> None:
+        """Upload the exclusion sink and the attribute file (both before the manifest that names them)."""
+        if self.attributes is not None:
+            data = self.attributes.finish(self._late, self._copies)
+            self.client.put_object(Bucket=self.bucket, Key=self.attributes_key, Body=data)
+            self.attributes_sha256 = sha256(data)
         self._excluded_writer.flush(zstandard.FLUSH_FRAME)
         self._excluded.seek(0)
         self._excluded_uploaded = True  # before the upload: one whose answer is lost may have landed
@@ -119,4 +143,8 @@ class BatchWriter:
             self.client.delete_object(Bucket=self.bucket, Key=shard.key)
         if self._excluded_uploaded:
             self.client.delete_object(Bucket=self.bucket, Key=self.exclusions_key)
+        if self.attributes_sha256:
+            self.client.delete_object(Bucket=self.bucket, Key=self.attributes_key)
+        if self.attributes is not None:
+            self.attributes.close()
         self._excluded.close()

@@ -7,7 +7,6 @@ Layout under the bucket, for batch B:
     <exclusions_dir(B)>excluded.jsonl.zst     every dropped and quarantined record, with step and reason
 
 Shards and the exclusion sink are overwritten whole, so publishing a batch again is safe.
-The cross-batch dedup index is stored by `load_index` / `save_index`.
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from pipeline_project.cleaning.config import CleaningConfig
-from pipeline_project.cleaning.dedup_index import DedupIndex
-from pipeline_project.cleaning.pipeline import CleaningResult
 from pipeline_project.cleaning.records import MAX_DETAIL_CHARS, Dropped, Quarantined
 from pipeline_project.cleaning.sink_mask import sink_mask
 
@@ -48,6 +45,9 @@ class ShardManifest:
     shards: tuple[ShardEntry, ...]
     exclusions: str
     dedup_attempt: str = ""  # the dedup index attempt whose rows hold this publication's documents
+    attributes: str = ""  # key of the per-document attribute file (`attributes.py`), "" for older batches
+    attributes_sha256: str = ""
+    retuned_from: str = ""  # config hash of the publication a `retune --write` derived this one from
 
     @property
     def bytes_out(self) -> int:
@@ -88,6 +88,9 @@ class ShardManifest:
             shards=tuple(ShardEntry(**s) for s in d["shards"]),
             exclusions=d["exclusions"],
             dedup_attempt=d.get("dedup_attempt", ""),
+            attributes=d.get("attributes", ""),
+            attributes_sha256=d.get("attributes_sha256", ""),
+            retuned_from=d.get("retuned_from", ""),
         )
 
 
@@ -129,11 +132,6 @@ def exclusion_records_of(dropped: list[Dropped], quarantined: list[Quarantined],
     ]
 
 
-def exclusion_records(result: CleaningResult, config: CleaningConfig) -> list[dict]:
-    """The exclusion records of a whole batch result (see `exclusion_records_of`)."""
-    return exclusion_records_of(result.dropped, result.quarantined, config)
-
-
 def exclusion_recorder(config: CleaningConfig) -> Callable[[list[Dropped], list[Quarantined]], list[dict]]:
     """`exclusion_records_of` bound to a config: the `exclusion_records` callable `stream.StreamingCleaner` takes."""
     return lambda dropped, quarantined: exclusion_records_of(dropped, quarantined, config)
@@ -143,56 +141,8 @@ def manifest_key(shard_dir: str) -> str:
     return f"{shard_dir}{MANIFEST_NAME}"
 
 
-def publish_batch(
-    client,
-    bucket: str,
-    *,
-    batch_id: str,
-    shard_dir: str,
-    exclusions_dir: str,
-    result: CleaningResult,
-    config: CleaningConfig,
-    input_keys: list[str],
-) -> PublishedBatch:
-    """Write one in-memory cleaning result: the shards, the exclusion sink and, last, the manifest.
-
-    The `cleaned_shards` asset streams instead (`stream.StreamingCleaner` into a `BatchWriter`); this is the
-    same writer for a result that is already whole, as tests and notebooks have it.
-    """
-    from pipeline_project.cleaning.batch_writer import BatchWriter
-
-    writer = BatchWriter(client, bucket, shard_dir, f"{exclusions_dir}{EXCLUSIONS_NAME}")
-    writer.add_kept(result.kept)
-    writer.add_excluded(exclusion_records(result, config))
-    shards = writer.finish_shards()
-    writer.upload_exclusions()
-    manifest = ShardManifest(
-        batch_id=batch_id,
-        config_version=config.version,
-        config_hash=config.config_hash(),
-        input_keys=tuple(input_keys),
-        counts=dict(result.counts),
-        shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
-        exclusions=writer.exclusions_key,
-    )
-    return write_manifest(client, bucket, shard_dir, manifest)
-
-
 def read_shard_manifest(client, bucket: str, shard_dir: str) -> ShardManifest:
     return ShardManifest.from_json(client.get_object(Bucket=bucket, Key=manifest_key(shard_dir))["Body"].read())
-
-
-def load_index(client, bucket: str, key: str) -> DedupIndex:
-    """The cross-batch dedup index stored at `key`, or an empty one."""
-    try:
-        data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    except client.exceptions.NoSuchKey:
-        return DedupIndex()
-    return DedupIndex.from_bytes(data)
-
-
-def save_index(client, bucket: str, key: str, index: DedupIndex) -> None:
-    client.put_object(Bucket=bucket, Key=key, Body=index.to_bytes())
 
 
 def iter_shard_texts(client, bucket: str, manifest: ShardManifest):
@@ -264,8 +214,10 @@ def delete_superseded(client, bucket: str, old: ShardManifest | None, new: Shard
     """Delete the objects of a previous publication that the new manifest no longer names (best effort)."""
     if old is None:
         return 0
-    keep = {s.key for s in new.shards} | {new.exclusions}
-    stale = [s.key for s in old.shards if s.key not in keep] + ([old.exclusions] if old.exclusions not in keep else [])
+    keep = {s.key for s in new.shards} | {new.exclusions, new.attributes}
+    stale = [s.key for s in old.shards if s.key not in keep] + [
+        k for k in (old.exclusions, old.attributes) if k and k not in keep
+    ]
     for key in stale:
         client.delete_object(Bucket=bucket, Key=key)
     return len(stale)

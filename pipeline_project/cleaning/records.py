@@ -28,6 +28,8 @@ class DocState:
     minhash: tuple[Any, Any] | None = None  # MinHashDedup: (signature uint32[num_perm], band keys uint64[bands])
     # a step's prepare, run ahead in a pool worker: step name -> (text it was computed from, value)
     prepared: dict[str, tuple[str, Any]] | None = None
+    # quality signals the filters computed ("<step>.<name>" -> value), for the attribute file (steps/signals.py)
+    signals: dict[str, Any] | None = None
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Dropped:
     text: str
     meta: dict = field(default_factory=dict)
     masked_text: str | None = field(default=None, compare=False, repr=False)
+    signals: dict | None = field(default=None, compare=False, repr=False)  # DocState.signals, for the attributes
 
     @classmethod
     def of(cls, doc: Document, step: str, reason: str) -> Dropped:
@@ -86,4 +89,5 @@ class Dropped:
             text=doc.text,
             meta=dict(doc.meta),
             masked_text=masked,
+            signals=doc.state.signals,
         )

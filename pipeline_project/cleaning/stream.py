@@ -7,9 +7,9 @@
       -> kept documents appended to shards, dropped/quarantined records to the exclusion sink
 
 Memory holds two chunks (with a pool, the workers filter chunk n+1 while this process deduplicates and writes
-chunk n), one shard and, per kept document, its dedup keys (about 600 bytes), never the batch's text. A batch that fits in one chunk is decided exactly as `CleaningPipeline.run` decides it; across chunks,
-a candidate from an earlier chunk is verified by signature estimate (as candidates from earlier batches are),
-because its text is no longer held.
+chunk n), one shard and, per kept document, its dedup keys (about 600 bytes), never the batch's text. Within a
+chunk a candidate is verified against its text; a candidate from an earlier chunk is verified by signature estimate
+(as candidates from earlier batches are), because its text is no longer held.
 
 `run` only reads the cross-batch index. `commit` writes the batch's kept documents to it (first writer wins)
 and retracts from the shards the documents another batch published first. `publish` is the end of a batch in
@@ -27,12 +27,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from pipeline_project.cleaning import attributes
+from pipeline_project.cleaning.attributes import DUP_STEPS, duplicate_of
 from pipeline_project.cleaning.config import CleaningConfig
-from pipeline_project.cleaning.dedup_index import ChainedIndex, DedupIndex
+from pipeline_project.cleaning.dedup_copies import batch_copies
+from pipeline_project.cleaning.dedup_index import ChainedIndex, LocalIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
 from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult, Started, removal_tables
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import StepStats
+from pipeline_project.cleaning.steps.dedup import signature_threshold
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,7 @@ class StreamResult:
     exact: list[np.ndarray] = field(default_factory=list)
     bands: list[np.ndarray] = field(default_factory=list)
     signatures: list[np.ndarray] = field(default_factory=list)
+    copies: Counter = field(default_factory=Counter)  # (kept "<batch>/<doc>", exact|near) -> duplicates dropped
 
     def add_stats(self, stats: list[StepStats]) -> None:
         by_key = {(s.profile, s.name): s for s in self.step_stats}
@@ -104,6 +109,10 @@ class StreamingCleaner:
         self.chunk_docs = chunk_docs
         self.chunk_bytes = chunk_bytes
 
+    def attribute_writer(self) -> attributes.AttributeWriter:
+        """A writer of the attribute file for this config's signals (for `BatchWriter.attributes`)."""
+        return attributes.AttributeWriter(self.config, attributes.signal_columns(self.pipeline.chains))
+
     def run(
         self,
         items: Iterable[Document | Quarantined],
@@ -113,7 +122,7 @@ class StreamingCleaner:
         exclusion_records: ExclusionRecords,
     ) -> StreamResult:
         cfg = self.config.dedup.minhash
-        local = DedupIndex(num_perm=cfg.num_buckets * cfg.hashes_per_bucket, num_bands=cfg.num_buckets)
+        local = LocalIndex(num_perm=cfg.num_buckets * cfg.hashes_per_bucket, num_bands=cfg.num_buckets)
         earlier = index if self.config.dedup.scope == "global" else None
         chained = ChainedIndex(earlier, local)
         out = StreamResult(batch_id=batch_id)
@@ -133,20 +142,22 @@ class StreamingCleaner:
         started: Started,
         out: StreamResult,
         chained: ChainedIndex,
-        local: DedupIndex,
+        local: LocalIndex,
         writer: Any,
         exclusion_records: ExclusionRecords,
     ) -> None:
-        result = self.pipeline.finish(started, chained, commit=False, force_index=True)
+        result = self.pipeline.finish(started, chained)
         out.chunks += 1
         out.add_stats(result.step_stats)
         out.count(result)
+        writer.add_attributes(attributes.rows_of(result.kept, result.dropped, result.quarantined))
+        out.copies.update(dup for d in result.dropped if d.step in DUP_STEPS and (dup := duplicate_of(d.reason)))
         self._remember(out, local, result.kept)
         writer.add_kept(result.kept)
         writer.add_excluded(exclusion_records(result.dropped, result.quarantined))
         log.info("batch %s chunk %d: %s", out.batch_id, out.chunks, dict(result.counts))
 
-    def _remember(self, out: StreamResult, local: DedupIndex, kept: list[Document]) -> None:
+    def _remember(self, out: StreamResult, local: LocalIndex, kept: list[Document]) -> None:
         """Keep the kept documents' dedup keys (for later chunks and the commit); drop their per-step state."""
         n = len(kept)
         exact = np.array([d.state.exact_key or 0 for d in kept], dtype=np.uint64)
@@ -204,6 +215,7 @@ class StreamingCleaner:
         """Write the batch to the cross-batch index (reserve it as `attempt` when given, else commit it at once);
         retract and exclude what another batch published first. Returns whether the index was written."""
         if index is None or self.config.dedup.scope != "global":
+            writer.set_outcome({}, batch_copies(out.batch_id, out.copies, out.doc_ids, {}))
             return False
         cfg = self.config.dedup.minhash
         empty_bands = np.zeros((0, cfg.num_buckets), dtype=np.uint64)
@@ -214,7 +226,7 @@ class StreamingCleaner:
             np.concatenate(out.bands) if out.bands else empty_bands,
             np.concatenate(out.signatures) if out.signatures else empty_sigs,
         )
-        threshold = self.pipeline._near_threshold()
+        threshold = signature_threshold(self.config.dedup.minhash)
         if attempt is None:
             late = index.commit_batch(out.batch_id, *rows, near_threshold=threshold)
         else:
@@ -225,6 +237,10 @@ class StreamingCleaner:
             stats_of.setdefault(domain, StepStats("index_commit", profile=domain)).docs_in += 1
         for i in late:
             stats_of[out.domains[i]].dropped += 1
+        late_ids = {out.doc_ids[i]: reason for i, reason in late.items()}
+        writer.set_outcome(
+            late_ids, batch_copies(out.batch_id, out.copies, out.doc_ids, late_ids, index, attempt or "")
+        )
         if late:
             ids = {out.doc_ids[i] for i in late}
             writer.retract(ids)

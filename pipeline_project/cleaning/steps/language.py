@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeline_project.cleaning.config import LanguageConfig
 from pipeline_project.cleaning.steps.base import DocFilter
+from pipeline_project.cleaning.steps.signals import Live
 
 
 class LanguageID(DocFilter):
@@ -24,9 +25,17 @@ class LanguageID(DocFilter):
         lang = self.cfg.aliases.get(best["lang"], best["lang"])
         return lang, float(best["score"])
 
+    def signal_names(self) -> tuple[str, ...]:
+        return ("score",)
+
     def check(self, doc):
         lang, score = self.detect(doc.text)
         doc.meta["lang"], doc.meta["lang_score"] = lang, round(score, 4)
+        return self.decide(lang, Live(doc, self.name), doc, score)
+
+    def decide(self, lang: str, get, doc=None, score: float = 0.0) -> str | None:
+        """The rules, over `lang` and the score `get` records (cleaning) or reads back (retune)."""
+        score = get("score", lambda: score)
         if lang not in self.keep:
             return "language_not_kept"
         if score < self.cfg.min_score:
