@@ -279,3 +279,31 @@ def broker_cut(cluster: Cluster, *, produce: bool, load: bool, victim: str = "co
     for r in results:
         r.seconds = round(time.monotonic() - t_start, 1)
     return results
+
+
+# -- bench/reliability.py -----------------------------------------------------------------------------------------
+
+KINDS = ("cluster_broker_produce", "cluster_broker_loader")
+VICTIMS = {"cluster_broker_produce": ("controller", "coordinator", "leader"), "cluster_broker_loader": ("leader",)}
+
+
+def bench_trial(kind: str, i: int, state: dict) -> trials.TrialResult:
+    """Trial `i` of a broker-cut kind; the first one brings up a cluster of its own (prefix ppk, 10.83.0.0/24)."""
+    if "broker_cluster" not in state:
+        from pipeline_project.cluster import ClusterSpec
+        from pipeline_project.stack.config import REPO_ROOT
+
+        cluster = Cluster(ClusterSpec(root=REPO_ROOT / ".cluster" / "reliability-ppk", prefix="ppk",
+                                      subnet="10.83.0.0/24"))  # fmt: skip
+        cluster.down(wipe=True)
+        state["broker_cluster"] = cluster
+        cluster.up(timeout=300)
+    victims = VICTIMS[kind]
+    produce = kind == "cluster_broker_produce"
+    (result,) = broker_cut(state["broker_cluster"], produce=produce, load=not produce, victim=victims[i % len(victims)])
+    return result
+
+
+def bench_close(state: dict) -> None:
+    if "broker_cluster" in state:
+        state.pop("broker_cluster").down(wipe=True)
