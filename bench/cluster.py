@@ -13,7 +13,9 @@ each world size reads all of it in bounded mode (median of --repeats), every ran
 is its tokens over its own wall time (loader start to end of data); total is all tokens over the slowest rank's.
 The ratios to 1 rank are side by side in this one run. On a 2-core machine the ranks share the CPUs with the
 brokers, so more ranks mostly measure contention, not the network: read them with the load average printed.
-Then the host-fault trial of pipeline_project_tests/cluster/test_host_faults.py, timed (--no-faults skips it).
+Then the host-fault trials, timed (--no-faults skips them): the trainer kill of
+pipeline_project_tests/cluster/test_host_faults.py, and a broker host cut 30 s while a batch is produced and the
+loader reads (`broker_faults.cluster_bench_faults`, as test_broker_faults.py).
 """
 
 from __future__ import annotations
@@ -184,6 +186,10 @@ def main(argv: list[str]) -> None:
         trials = [best_of(cluster, topic, w, args) for w in args.ranks]
         with tempfile.TemporaryDirectory() as work:
             faults = [trainer_kill_trial(cluster, Path(work))] if not args.no_faults else []
+        if not args.no_faults:
+            from pipeline_project_tests.cluster.broker_faults import cluster_bench_faults
+
+            faults += cluster_bench_faults(cluster)
     finally:
         if not args.keep:
             cluster.down(wipe=True)
@@ -199,6 +205,10 @@ def main(argv: list[str]) -> None:
     bench_results.print_table(["ranks", "total tokens/s", "vs 1 rank", "per rank tokens/s", "wall s"],
                               ["r", "r", "r", "r", "r"], rows)  # fmt: skip
     for f in faults:
+        if "recovered_s" in f:  # a broker cut
+            print(f"{f['fault']}: healed at {f['heal_s']} s, recovered {f['recovered_s']} s after the cut; "
+                  f"{f['found']}/{f['blocks']} blocks, {f['lost']} lost, {f['duplicated']} duplicated")  # fmt: skip
+            continue
         print(
             f"{f['fault']} (checkpoint step {f['checkpoint_step_at_kill']}): survivor failed in "
             f"{f['survivor_failed_s']:.0f} s, retry from step {f['resumed_step']} done {f['retry_done_s']:.0f} s "

@@ -307,3 +307,18 @@ def bench_trial(kind: str, i: int, state: dict) -> trials.TrialResult:
 def bench_close(state: dict) -> None:
     if "broker_cluster" in state:
         state.pop("broker_cluster").down(wipe=True)
+
+
+def cluster_bench_faults(cluster: Cluster) -> list[dict]:
+    """bench/cluster.py: one broker host cut while a batch is produced and the loader reads, at once; the recovery
+    seconds after the cut of each (the heal comes at `CUT_S`) and the counts."""
+    rows = []
+    for r in broker_cut(cluster, produce=True, load=True, victim="controller"):
+        d = r.detail
+        rows.append({"fault": f"cut broker host ({r.victim}) {CUT_S:.0f} s during {r.kind.rsplit('_', 1)[1]}",
+                     "heal_s": d["heal_s_after_cut"], "recovered_s": r.recovery_s, "ok": r.ok,
+                     "first_progress_after_heal_s": d.get("first_batch_after_heal_s"),
+                     "returned_s": d.get("returned_s_after_cut"), "longest_stall_s": d.get("longest_stall_s"),
+                     "blocks": r.blocks_claimed, "found": r.blocks_found, "lost": r.lost,
+                     "duplicated": r.duplicated})  # fmt: skip
+    return rows
