@@ -123,9 +123,11 @@ class FimApplier:
         self.policy = policy
         self.sentinels = sentinels
         self.counts: dict[str | None, int] = {}
+        self.last_chosen: list[bool] = []
 
     def encode(self, texts: Sequence[str], domains: Sequence[str | None], encode: Encode) -> list[np.ndarray]:
         plans = [self._plan(t, d) for t, d in zip(texts, domains, strict=True)]
+        self.last_chosen = [p is not None for p in plans]  # which documents of this call FIM laid out
         char_cuts = {i: p for i, p in enumerate(plans) if p is not None and p[0].split == "char"}
         whole = [t for i, t in enumerate(texts) if i not in char_cuts]
         parts = [part for i, (_c, (a, b)) in char_cuts.items() for part in (texts[i][:a], texts[i][a:b], texts[i][b:])]

@@ -60,6 +60,7 @@ from pipeline_project.streaming.ledger import (
 from pipeline_project.streaming.ledger_checks import check_not_retired, check_record, check_same_writer
 from pipeline_project.streaming.ledger_index import LedgerIndex
 from pipeline_project.streaming.packing import DomainPackers
+from pipeline_project.streaming.spans import SpanRecorder
 from pipeline_project.streaming.staging import (
     MessageEncoder,
     StreamHasher,
@@ -99,6 +100,7 @@ class ProducerConfig(BaseModel):
     prefetch_batches: int = Field(default=2, ge=0)  # text batches read ahead in a thread (0: inline)
     pad_tail: bool = True  # the batch's partial last block is padded (format.PAD_TOKEN), not dropped
     fim: FimPolicy = FimPolicy()  # fill-in-the-middle per domain (`fim`); off by default; part of the fingerprint
+    spans: bool = True  # a `spans` header per message: which documents its tokens came from (`spans`)
 
 
 class TokenizerIdentity(Protocol):
@@ -127,6 +129,7 @@ def produce_blocks(
     packing_hash: str = "",
     _stage_timer: Any = None,  # tokenize_produce.StageTimer
     _packer: DomainPackers | None = None,
+    _spans: SpanRecorder | None = None,
 ) -> ProduceReport:
     """Produce (n, seq_len) uint32 block arrays to `topic` in bounded transactions, once per ledger key.
 
@@ -186,7 +189,7 @@ def produce_blocks(
                  progress.blocks, progress.transactions)  # fmt: skip
         # the committed prefix ends on a message boundary: skipping whole messages keeps the uninterrupted cut
         stream = skip_blocks(stream, progress.blocks, expected_hash=progress.stream_hash, hasher=hasher,
-                             where=where)  # fmt: skip
+                             where=where, on_skip=_spans.skip if _spans else None)  # fmt: skip
 
     per_chunk = max(1, config.transaction_max_bytes // (per_message * seq_len * TOKEN_BYTES))
     txs = BatchTransactions(
@@ -196,7 +199,7 @@ def produce_blocks(
         abortable_retries=config.abortable_retries,
     )  # fmt: skip
     encoder = MessageEncoder(tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source,
-                             seq_len=seq_len, hasher=hasher)  # fmt: skip
+                             seq_len=seq_len, hasher=hasher, spans=_spans)  # fmt: skip
 
     def completion(t: BatchTotals, stream_hash: str) -> ProduceReport:
         return ProduceReport(

@@ -32,6 +32,7 @@ import xxhash
 
 from pipeline_project.streaming.errors import LedgerConflictError
 from pipeline_project.streaming.format import TOKEN_DTYPE, Headers, count_padding, encode_message
+from pipeline_project.streaming.spans import SpanRecorder
 
 DomainBlocks = tuple[str | None, np.ndarray]
 StreamItem = Union[np.ndarray, DomainBlocks]  # noqa: UP007 - a runtime alias
@@ -133,11 +134,18 @@ def _tag(domain: str | None, blocks: np.ndarray, tagged: bool) -> StreamItem:
 
 
 def skip_blocks(
-    blocks_iter: Iterable[StreamItem], n: int, *, expected_hash: str, hasher: StreamHasher, where: str
+    blocks_iter: Iterable[StreamItem],
+    n: int,
+    *,
+    expected_hash: str,
+    hasher: StreamHasher,
+    where: str,
+    on_skip: Callable[[str | None, int], None] | None = None,
 ) -> Iterator[StreamItem]:
     """The stream without its first `n` blocks, which must hash (into `hasher`) to `expected_hash`.
 
-    Items are bare arrays or `(domain, blocks)` pairs (passed on as they came).
+    Items are bare arrays or `(domain, blocks)` pairs (passed on as they came). `on_skip(domain, blocks)` hears of
+    each skipped piece (the span recorder passes over them).
 
     The check runs before the first block after the prefix is handed on, so nothing is produced on a mismatch.
     """
@@ -150,7 +158,10 @@ def skip_blocks(
                 f"{where}: an earlier attempt committed {n} blocks, but the input now yields only {n - left}; "
                 "the content changed under the same content hash"
             )
-        blocks = split_item(item)[1]
+        domain, blocks = split_item(item)
+        skipped = min(len(blocks), left)
+        if on_skip is not None:
+            on_skip(domain, skipped)
         if len(blocks) <= left:
             hasher.update(blocks)
             left -= len(blocks)
@@ -191,7 +202,17 @@ def stage_chunks(messages: Iterable[StreamItem], messages_per_chunk: int, encode
 class MessageEncoder:
     """Encodes one message's blocks, hashing them into `hasher` (callable for `stage_chunks`)."""
 
-    def __init__(self, *, tokenizer_name: str, tokenizer_hash: str, source: str, seq_len: int, hasher: StreamHasher):
+    def __init__(
+        self,
+        *,
+        tokenizer_name: str,
+        tokenizer_hash: str,
+        source: str,
+        seq_len: int,
+        hasher: StreamHasher,
+        spans: SpanRecorder | None = None,
+    ):
+        self.spans = spans  # adds each message's `spans` header
         self.tokenizer_name = tokenizer_name
         self.tokenizer_hash = tokenizer_hash
         self.source = source
@@ -211,5 +232,7 @@ class MessageEncoder:
             pad_tokens=pad,
             domain=domain,
         )
+        if self.spans is not None:
+            headers.append(self.spans.header(domain, len(blocks)))
         self.hasher.update(value)
         return StagedMessage(value, headers, len(blocks), pad, padded_blocks, domain)

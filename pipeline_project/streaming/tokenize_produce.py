@@ -14,6 +14,7 @@ from pipeline_project.streaming.ledger_index import LedgerIndex
 from pipeline_project.streaming.packing import DomainPackers
 from pipeline_project.streaming.prefetch import prefetch_batches
 from pipeline_project.streaming.producer import Document, ProducerConfig, produce_blocks
+from pipeline_project.streaming.spans import SpanRecorder
 from pipeline_project.streaming.staging import StreamItem
 
 
@@ -23,7 +24,12 @@ class StageTimer:
 
 
 def timed_blocks(
-    texts: Iterable[Document], tokenizer: Any, packer: DomainPackers, config: ProducerConfig, timer: StageTimer
+    texts: Iterable[Document],
+    tokenizer: Any,
+    packer: DomainPackers,
+    config: ProducerConfig,
+    timer: StageTimer,
+    spans: SpanRecorder | None = None,
 ) -> Iterator[StreamItem]:
     batches = prefetch_batches(texts, config.text_batch_docs, config.prefetch_batches)
     fim = FimApplier(config.fim, FimSentinels.of(tokenizer)) if config.fim.active else None
@@ -42,6 +48,8 @@ def timed_blocks(
             bodies = [d if isinstance(d, str) else d[1] for d in batch]
             ids = fim.encode(bodies, domains, tokenizer.encode_batch) if fim else tokenizer.encode_batch(bodies)
             t2 = time.perf_counter()
+            if spans is not None:
+                spans.note(ids, domains, fim.last_chosen if fim else None)
             out = packer.add(ids, domains)
             tagged = tagged or any(d is not None for d in domains)
             timer.seconds["tokenize"] += t2 - t1
@@ -74,6 +82,7 @@ def tokenize_and_produce(
     A text may be a `(domain, text)` pair: documents are then packed per domain (a block never mixes domains),
     every message carries its `domain` header, and the report counts blocks, tokens and documents per domain.
     Bare texts are packed and produced exactly as before (no domain header).
+    With `config.spans` (the default) every message carries a `spans` header naming the documents in it (`spans`).
 
     `tokenizer` is a `TokenizerInfo`. Texts are read ahead in a background thread (`config.prefetch_batches`);
     while the producer connects and reads the ledger, up to one transaction's worth is tokenized ahead, and
@@ -86,10 +95,11 @@ def tokenize_and_produce(
     config = config or ProducerConfig()
     packer = DomainPackers(seq_len, tokenizer.eos_id)
     timer = StageTimer()
+    spans = SpanRecorder(seq_len) if config.spans else None
     return produce_blocks(
         settings,
         topic,
-        timed_blocks(texts, tokenizer, packer, config, timer),
+        timed_blocks(texts, tokenizer, packer, config, timer, spans),
         tokenizer=tokenizer,
         seq_len=seq_len,
         source=source,
@@ -101,4 +111,5 @@ def tokenize_and_produce(
         packing_hash=config.fim.fingerprint(),
         _stage_timer=timer,
         _packer=packer,
+        _spans=spans,
     )

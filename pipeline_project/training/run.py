@@ -56,6 +56,7 @@ from pipeline_project.training.mlflow_lineage import model_version_url
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.reporting import Reporter, pipes_if_present
 from pipeline_project.training.resume import TrainingState, build_training_state, make_resume_state
+from pipeline_project.training.step_log import StepLog, write_steps
 from pipeline_project.training.tracking import Progress
 from pipeline_project.training.trainer import TrainResult, resolve_device, train
 
@@ -108,6 +109,7 @@ class _Lineage:
 
     pointer: LatestPointer = field(default_factory=lambda: LatestPointer(ref=None, etag=None))
     last_saved: CheckpointRef | None = None  # the newest checkpoint this invocation wrote
+    steps: StepLog | None = None  # the blocks of the steps not yet in a checkpoint
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,7 @@ def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
             expected_tokenizer_hash=inv.tokenizer.hash,
             device="cpu",
             mixture=cfg.mixture,
+            trace=True,  # the blocks of every step, for `step_log`
         )
     )
     if state.data_states:
@@ -208,9 +211,10 @@ def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, pro
     def mid_run_checkpoint(step: int, data_state: Any) -> None:
         _save_checkpoint(inv, state, step, (step - state.step) * tokens_per_step, data_state, progress)
 
+    inv.lineage.steps = StepLog(loader, state.step)
     return train(
         cfg,
-        loader,
+        inv.lineage.steps,
         model=state.model,
         optimizer=state.optimizer,
         start_step=state.step,
@@ -234,6 +238,7 @@ def _save_checkpoint(
     """Gather every rank's data position (a collective: every rank calls), then rank 0 saves, uploads and
     registers the checkpoint in MLflow's Model Registry."""
     data_states = distributed.all_gather_objects(data_state)
+    steps = distributed.all_gather_objects(inv.lineage.steps.take(step) if inv.lineage.steps else {})
     if not inv.dist.is_main:
         return None
     local = inv.work_dir / f"step-{step}"
@@ -251,6 +256,9 @@ def _save_checkpoint(
         resume=make_resume_state(state, step, state.tokens_seen + tokens, data_states, meta=meta),
     )
     lineage = inv.lineage
+    previous = lineage.pointer.ref.uri if lineage.pointer.ref else None
+    write_steps(local, steps, step=step, previous=previous, topic=inv.job.topic, seq_len=inv.cfg.seq_len,
+                batch_size=inv.cfg.batch_size)  # fmt: skip
     try:
         lineage.pointer = upload_checkpoint(
             inv.s3, inv.job.bucket, inv.job.checkpoint_prefix, step, local, expected=lineage.pointer
