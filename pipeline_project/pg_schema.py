@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from pipeline_project.pg_timeouts import connect_kwargs
+
 
 class SchemaConnection:
     def __init__(self, url: str, schema: str, ddl: str, *, what: str, error: type[Exception], connect_timeout_s: int):
@@ -24,7 +26,7 @@ class SchemaConnection:
         if self._conn is None or self._conn.closed:
             try:
                 self._conn = psycopg2.connect(
-                    self.url, connect_timeout=self.connect_timeout_s, options=f"-c search_path={self.schema}"
+                    self.url, options=f"-c search_path={self.schema}", **connect_kwargs(self.connect_timeout_s)
                 )
                 with self._conn, self._conn.cursor() as cur:  # stores started at once create the schema once
                     cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"pipeline_project.{self.what}",))

@@ -53,6 +53,7 @@ from pipeline_project.cleaning.dedup_attempts import SCHEMA_VERSION, AttemptLost
 from pipeline_project.cleaning.dedup_index import DedupIndex, IndexEntry
 from pipeline_project.cleaning.dedup_traffic import IndexTraffic, first_line, row_bytes, signed
 from pipeline_project.cleaning.errors import CleaningError
+from pipeline_project.pg_timeouts import connect_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class PostgresDedupIndex:
             try:
                 # each index lives in a schema of its own (one per pipeline deployment, or per test)
                 self._conn = psycopg2.connect(
-                    self.url, connect_timeout=self.connect_timeout_s, options=f"-c search_path={self.schema}"
+                    self.url, options=f"-c search_path={self.schema}", **connect_kwargs(self.connect_timeout_s)
                 )
             except psycopg2.Error as exc:
                 raise DedupStoreUnavailableError(f"dedup index database unreachable: {first_line(exc)}") from None

@@ -6,6 +6,8 @@ import json
 import sys
 import urllib.request
 
+from pipeline_project.pg_timeouts import with_timeouts
+
 from .processes import ManagedProcess, http_get
 from .service import Service, ServiceStatus
 
@@ -129,6 +131,7 @@ class DagsterService(Service):
         self.home.mkdir(parents=True, exist_ok=True)
         # SQLAlchemy 2.1 would drive a bare postgresql:// URL with psycopg 3; dagster-postgres needs psycopg2
         url = self.config.postgres_url("dagster").replace("postgresql://", "postgresql+psycopg2://", 1)
+        url = with_timeouts(url)  # a partitioned PostgreSQL host fails a query instead of wedging it
         instance_yaml = DAGSTER_YAML.format(home=self.home, postgres_url=url)
         (self.home / "dagster.yaml").write_text(instance_yaml)
 
