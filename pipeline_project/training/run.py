@@ -187,6 +187,7 @@ def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
             num_workers=inv.job.loader_workers,
             mode="bounded",
             idle_timeout_s=inv.job.loader_idle_timeout_s,
+            stall_timeout_s=inv.job.loader_stall_timeout_s,
             seed=cfg.seed,
             expected_tokenizer_hash=inv.tokenizer.hash,
             device="cpu",
