@@ -15,7 +15,8 @@ The ratios to 1 rank are side by side in this one run. On a 2-core machine the r
 brokers, so more ranks mostly measure contention, not the network: read them with the load average printed.
 Then the host-fault trials, timed (--no-faults skips them): the trainer kill of
 pipeline_project_tests/cluster/test_host_faults.py, and a broker host cut 30 s while a batch is produced and the
-loader reads (`broker_faults.cluster_bench_faults`, as test_broker_faults.py).
+loader reads (`broker_faults.cluster_bench_faults`, as test_broker_faults.py); the PostgreSQL host cut 30 s during
+cleaned_shards and the daemon killed on the dagster host (`pg_faults.cluster_bench_faults`, as test_pg_faults.py).
 """
 
 from __future__ import annotations
@@ -190,6 +191,9 @@ def main(argv: list[str]) -> None:
             from pipeline_project_tests.cluster.broker_faults import cluster_bench_faults
 
             faults += cluster_bench_faults(cluster)
+            from pipeline_project_tests.cluster import pg_faults  # PostgreSQL host cut mid-cleaning; daemon kill
+
+            faults += pg_faults.cluster_bench_faults(cluster)
     finally:
         if not args.keep:
             cluster.down(wipe=True)
@@ -205,6 +209,9 @@ def main(argv: list[str]) -> None:
     bench_results.print_table(["ranks", "total tokens/s", "vs 1 rank", "per rank tokens/s", "wall s"],
                               ["r", "r", "r", "r", "r"], rows)  # fmt: skip
     for f in faults:
+        if "line" in f:  # pg_faults: a PostgreSQL-host cut, a daemon kill
+            print(f["line"])
+            continue
         if "recovered_s" in f:  # a broker cut
             print(f"{f['fault']}: healed at {f['heal_s']} s, recovered {f['recovered_s']} s after the cut; "
                   f"{f['found']}/{f['blocks']} blocks, {f['lost']} lost, {f['duplicated']} duplicated")  # fmt: skip

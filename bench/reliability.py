@@ -19,6 +19,9 @@ touched. Each trial is one function of `pipeline_project_tests/reliability/` (th
 | dagster | `kill -9` a run worker tree mid token_blocks; the daemon tree mid-run while objects arrive | objects per batch, blocks per batch |
 | overwrite | objects overwritten 0-3 s after the sensor took them (some twice); sensor ticks until idle | versions per manifest entry, by content sha256 |
 | dedup | `kill -9` cleaned_shards between two of its stores (index, sink, manifest, cleanup); clean an overlapping batch; abandon the first | published documents (sha256) vs an undisturbed run |
+| cluster_pg_cleaning, cluster_pg_run | the PostgreSQL host of a namespace cluster cut 30 s while the deployment's run is in cleaned_shards / token_blocks | published documents (sha256) vs an undisturbed cleaning; pending dedup attempts; blocks per batch |
+| cluster_daemon | `kill -9` the daemon tree on the cluster's dagster host mid-run while objects arrive | objects per batch, blocks per batch |
+| cluster_broker_produce, cluster_broker_loader | a broker host of a namespace cluster (prefix ppk) cut 30 s while two batches are produced / while the bounded loader feeds training | sequence blocks read back with read_committed / delivered (partition, offset, block) and digest vs an undisturbed run |
 | latest_json | the answer to the conditional PUT of latest.json is lost (applied, retried, 412); once with a rival | files (sha256) of the checkpoint latest.json names vs what its writer saved; unreferenced folders |
 
 Writes bench/results/reliability.json and prints a table with the load average. Goal: 0 lost, 0 duplicated.
@@ -43,6 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline_project.stack import Stack  # noqa: E402
+from pipeline_project_tests.cluster import broker_faults, pg_faults  # noqa: E402
 from pipeline_project_tests.reliability import dedup_trials, outages, training_trials, trials  # noqa: E402
 from pipeline_project_tests.reliability.conftest import (  # noqa: E402
     BASE_SERVICES,
@@ -62,6 +66,8 @@ from pipeline_project_tests.reliability.faults import (  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "reliability.json"
 KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json", "dedup", "overwrite")
+CLUSTER_KINDS = pg_faults.KINDS + broker_faults.KINDS  # each on a namespace cluster of its own, not the throw-away stack
+KINDS += CLUSTER_KINDS
 DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "latest_json", "dedup")
 
 # The timings each kind cycles through (trial i takes entry i mod len).
@@ -85,7 +91,8 @@ def healthy(stack: Stack) -> None:
 def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[dict]:
     rows = []
     for i in range(n):
-        healthy(stack)
+        if kind not in CLUSTER_KINDS:
+            healthy(stack)
         load_before = os.getloadavg()[0]
         try:
             if kind == "producer":
@@ -118,6 +125,10 @@ def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[d
                 r = overwrite_after_take(stack, delay_s=OVERWRITE[i % len(OVERWRITE)], seed=i)
             elif kind == "latest_json":
                 r = latest_json_trial(stack, i, work)
+            elif kind in broker_faults.KINDS:
+                r = broker_faults.bench_trial(kind, i, state)
+            elif kind in CLUSTER_KINDS:
+                r = pg_faults.bench_trial(kind, i, state)
             else:
                 r = dagster_trial(stack, i, state)
             row = r.to_dict()
@@ -218,8 +229,9 @@ def run_all(stack: Stack, kinds: list[str], args, root: Path, rows: list[dict], 
     """Start the stack, run every kind's trials into `rows`, read the bad-input classes; always tear down."""
     try:
         t0 = time.monotonic()
-        stack.up(BASE_SERVICES, timeout=300)
-        ensure_transaction_state(kafka_of(stack))
+        if set(kinds) - set(CLUSTER_KINDS):
+            stack.up(BASE_SERVICES, timeout=300)
+            ensure_transaction_state(kafka_of(stack))
         stack_up_s = time.monotonic() - t0
         print(f"throw-away stack up in {stack_up_s:.0f}s under {root}", flush=True)
         for kind in kinds:
@@ -230,6 +242,8 @@ def run_all(stack: Stack, kinds: list[str], args, root: Path, rows: list[dict], 
     finally:
         if "instance" in state:
             state["instance"].dispose()
+        pg_faults.bench_close(state)
+        broker_faults.bench_close(state)
         stack.down(wipe=True)
         stop_leftovers(stack.state_dir, dagster_only=False)
         shutil.rmtree(root, ignore_errors=True)

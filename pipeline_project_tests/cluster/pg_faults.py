@@ -186,3 +186,22 @@ def bench_close(state: dict) -> None:
     if "cluster" in state:
         state.pop("cluster_instance").dispose()
         state.pop("cluster").down(wipe=True)
+
+
+def cluster_bench_faults(cluster: Cluster, seed: int = 700) -> list[dict]:
+    """bench/cluster.py: one PostgreSQL-host cut in cleaned_shards and one daemon kill on `cluster`, as rows."""
+    cs = ClusterStack(cluster)
+    instance = df.dagster_instance(cs)
+    try:
+        reference = reference_cleaning(cs, seed)
+        trials = [pg_cut_during_run(cs, instance, reference, seed=seed), daemon_kill(cs, instance, seed=seed + 1)]
+    finally:
+        instance.dispose()
+    return [
+        {"fault": r.victim, "kind": r.kind, "ok": r.ok, "lost": r.lost, "duplicated": r.duplicated,
+         "recovery_s": r.recovery_s, "seconds": r.seconds, "detail": r.detail,
+         "line": f"{r.victim}: {'ok' if r.ok else 'NOT OK'}, {r.lost} lost, {r.duplicated} duplicated, "
+                 + (f"recovered {r.recovery_s:.0f} s " if r.recovery_s is not None else "not recovered ")
+                 + ("after the heal" if r.kind != "cluster_daemon" else "after the kill (orphaned run failed)")}
+        for r in trials
+    ]  # fmt: skip
