@@ -209,11 +209,23 @@ class KafkaSettings(BaseModel):
         return Producer({**self.producer_config(), **self._callbacks(stats)})
 
     def make_transactional_producer(
-        self, transactional_id: str, stats: KafkaStats | None = None, timeout_s: float = 30.0
+        self, transactional_id: str, stats: KafkaStats | None = None, timeout_s: float = 90.0
     ) -> Producer:
+        """A producer with its transactions initialised. A retriable failure of `init_transactions` (the transaction
+        coordinator moving off an unreachable broker host: "coordinator load in progress", a timeout) is retried,
+        as librdkafka's API allows, until `timeout_s` in all; a fatal one, or the last, is raised."""
         producer = Producer({**self.transactional_producer_config(transactional_id), **self._callbacks(stats)})
-        producer.init_transactions(timeout_s)
-        return producer
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                producer.init_transactions(max(0.1, deadline - time.monotonic()))
+                return producer
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not (isinstance(err, KafkaError) and err.retriable()) or time.monotonic() >= deadline:
+                    raise
+                log.warning("init_transactions of %s: %s; retrying", transactional_id, err.str())
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def make_consumer(
         self,
