@@ -24,8 +24,9 @@ RESULTS = ROOT / "bench" / "results" / "cleaning_pool.json"
 
 
 def main() -> None:
-    from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, read_object
+    from pipeline_project.cleaning import CleaningConfig, read_object
     from pipeline_project.cleaning.parallel import FilterPool
+    from pipeline_project.cleaning.pipeline import CleaningPipeline
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=4)
@@ -42,11 +43,12 @@ def main() -> None:
         times, result = [], None
         for _ in range(args.repeats):
             t = time.perf_counter()
-            result = pipeline.run(copy.deepcopy(items), "b", DedupIndex())
+            result = pipeline.finish(pipeline.start(copy.deepcopy(items), "b"))  # one chunk, no index
             times.append(time.perf_counter() - t)
         return median(times), result
 
-    CleaningPipeline(cfg).run(copy.deepcopy(items[:8]), "warm", DedupIndex())  # models loaded
+    warm = CleaningPipeline(cfg)
+    warm.finish(warm.start(copy.deepcopy(items[:8]), "warm"))  # models loaded
     rows, results = {}, {}
     rows["in_process"], results["in_process"] = timed(CleaningPipeline(cfg))
     for workers in (1, 2):

@@ -80,10 +80,11 @@ def folder_of(doc) -> str:
 
 # --------------------------------------------------------------------------- 1. keep rates
 def keep_rates(docs, config):
-    from pipeline_project.cleaning import CleaningPipeline, DedupIndex
+    from pipeline_project.cleaning.pipeline import CleaningPipeline
 
     start = time.process_time()
-    result = CleaningPipeline(config).run(copy.deepcopy(docs), "bench", DedupIndex())
+    pipeline = CleaningPipeline(config)
+    result = pipeline.finish(pipeline.start(copy.deepcopy(docs), "bench"))  # one chunk, no index
     seconds = time.process_time() - start
     kept = Counter(folder_of(d) for d in result.kept)
     total = Counter(folder_of(d) for d in docs)
@@ -355,7 +356,8 @@ def agreement(docs, config):
 def selection_cost(docs, config, off, reps: int):
     """Best-of-`reps` CPU seconds: (a) English web pages routed vs the chain of before (identical decisions);
     (b) every document routed vs each profile's chain run directly on its documents, the grouping known."""
-    from pipeline_project.cleaning import CleaningPipeline, DedupIndex, Document
+    from pipeline_project.cleaning import Document
+    from pipeline_project.cleaning.pipeline import CleaningPipeline
     from pipeline_project.cleaning.profiles import ProfileRouter, run_chain
     from pipeline_project.cleaning.steps import RunContext
 
@@ -365,13 +367,16 @@ def selection_cost(docs, config, off, reps: int):
     web = [d for d, name in zip(docs, names) if name == "en_web" and folder_of(d) == "web_noisy"]
     routed_p, off_p = CleaningPipeline(config), CleaningPipeline(off)
 
+    def clean(pipeline, docs, batch_id):  # one chunk, no index
+        return pipeline.finish(pipeline.start(docs, batch_id))
+
     def timed(fn) -> float:
         start = time.process_time()
         fn()
         return time.process_time() - start
 
     def direct():
-        ctx = RunContext("bench", DedupIndex())
+        ctx = RunContext("bench")
         for name, steps in routed_p.chains.items():
             items = []
             for i, (doc, routed) in enumerate(zip(docs, names)):
@@ -384,13 +389,13 @@ def selection_cost(docs, config, off, reps: int):
     results = {"web_routed": [], "web_before": [], "all_routed": [], "all_direct": []}
     for _ in range(reps):
         a, b = copy.deepcopy(web), copy.deepcopy(web)
-        results["web_routed"].append(timed(lambda a=a: routed_p.run(a, "w", DedupIndex())))
-        results["web_before"].append(timed(lambda b=b: off_p.run(b, "w", DedupIndex())))
+        results["web_routed"].append(timed(lambda a=a: clean(routed_p, a, "w")))
+        results["web_before"].append(timed(lambda b=b: clean(off_p, b, "w")))
         c = copy.deepcopy(docs)
-        results["all_routed"].append(timed(lambda c=c: routed_p.run(c, "a", DedupIndex())))
+        results["all_routed"].append(timed(lambda c=c: clean(routed_p, c, "a")))
         results["all_direct"].append(timed(direct))
-    check_a = routed_p.run(copy.deepcopy(web), "w", DedupIndex())
-    check_b = off_p.run(copy.deepcopy(web), "w", DedupIndex())
+    check_a = clean(routed_p, copy.deepcopy(web), "w")
+    check_b = clean(off_p, copy.deepcopy(web), "w")
     assert [d.id for d in check_a.kept] == [d.id for d in check_b.kept], "en web decisions changed"
     best = {k: min(v) for k, v in results.items()}
     select = next(s for s in check_a.step_stats if s.name == "profile_select")

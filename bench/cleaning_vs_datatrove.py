@@ -294,8 +294,9 @@ def throughput(docs):
     )
     from datatrove.pipeline.formatters import FTFYFormatter
 
-    from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, Document
+    from pipeline_project.cleaning import CleaningConfig, Document
     from pipeline_project.cleaning.config import LanguageConfig, PIIConfig
+    from pipeline_project.cleaning.pipeline import CleaningPipeline
     from pipeline_project.cleaning.profile_config import ProfilesConfig
 
     raw = [(d.id, d.text) for d in docs]
@@ -308,7 +309,7 @@ def throughput(docs):
     )
     pipe = CleaningPipeline(cfg)
     t0 = time.process_time()
-    result = pipe.run([Document(i, t, "bench", {"lang": "en"}) for i, t in raw], "bench", None)
+    result = pipe.finish(pipe.start([Document(i, t, "bench", {"lang": "en"}) for i, t in raw], "bench"))
     ours = time.process_time() - t0
 
     ftfy_fmt = FTFYFormatter()
@@ -360,9 +361,10 @@ def throughput(docs):
 
 # --------------------------------------------------------------------------- scaling (subprocess per size)
 def _scale_child(factor: int, per_file: int):
-    from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
+    from pipeline_project.cleaning import CleaningConfig, Document
     from pipeline_project.cleaning.config import LanguageConfig
     from pipeline_project.cleaning.profile_config import ProfilesConfig
+    from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
     base = load_docs(per_file)
     docs = []
@@ -374,10 +376,10 @@ def _scale_child(factor: int, per_file: int):
             text = " ".join(w if rng.random() > 0.1 else f"w{rng.randrange(10**6)}" for w in words) if k else d.text
             docs.append(Document(f"{d.id}~{k}", text, d.source, {"lang": "en"}))
     mb = sum(len(d.text.encode()) for d in docs) / 1e6
-    index = DedupIndex()
+    index = MemoryDedupIndex()
     t0 = time.process_time()
     cfg = CleaningConfig(language=LanguageConfig(enabled=False), profiles=ProfilesConfig(enabled=False))
-    result = CleaningPipeline(cfg).run(docs, "scale", index)
+    result = WholeBatchPipeline(cfg).run(docs, "scale", index)
     cpu = time.process_time() - t0
     print(
         json.dumps(
@@ -408,7 +410,7 @@ def scaling(factors, per_file):
 
 # --------------------------------------------------------------------------- cross-batch index cost
 def index_cost(docs, batches: int):
-    from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
+    from pipeline_project.cleaning import CleaningConfig, Document
     from pipeline_project.cleaning.config import (
         C4Config,
         FineWebConfig,
@@ -417,6 +419,7 @@ def index_cost(docs, batches: int):
         LanguageConfig,
     )
     from pipeline_project.cleaning.profile_config import ProfilesConfig
+    from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
     cfg = CleaningConfig(
         profiles=ProfilesConfig(enabled=False),
@@ -426,8 +429,8 @@ def index_cost(docs, batches: int):
         c4=C4Config(enabled=False),
         fineweb=FineWebConfig(enabled=False),
     )
-    pipe = CleaningPipeline(cfg)
-    index = DedupIndex()
+    pipe = WholeBatchPipeline(cfg)
+    index = MemoryDedupIndex()
     rows = []
     for b in range(batches):
         rng = random.Random(b)

@@ -127,14 +127,14 @@ def dedup_import(
     schema: Annotated[str, typer.Option("--schema", help="PostgreSQL schema of the dedup index")] = "dedup",
 ) -> None:
     """Migrate the S3 dedup index file (`s3://$PIPELINE_S3_BUCKET/dedup/index.bin`) into the PostgreSQL index."""
-    from pipeline_project.cleaning import DedupIndex
+    from pipeline_project.cleaning.dedup_index import LocalIndex
     from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
     from pipeline_project.settings import Settings
 
     try:
         settings = Settings()
         data = settings.s3_client().get_object(Bucket=settings.bucket, Key=key)["Body"].read()
-        old = DedupIndex.from_bytes(data)
+        old = LocalIndex.from_bytes(data)
         index = PostgresDedupIndex(settings.postgres_url, num_perm=old.num_perm, num_bands=old.num_bands, schema=schema)
         imported = index.import_index(old)
         index.close()

@@ -1,53 +1,54 @@
 """Plain-Python cleaning library: readers, repair, language ID, quality filters, PII, dedup, shards.
 
-Never imports dagster; the `cleaned_shards` asset configures and calls it.
+Never imports dagster. The `cleaned_shards` asset reads a batch (`read_stream`), cleans it chunk by chunk with a
+`StreamingCleaner` (filters in a `FilterPool`, dedup against the PostgreSQL index of `dedup_store`), writes shards and
+the exclusion sink through a `BatchWriter` and publishes a `ShardManifest`.
 """
 
+from pipeline_project.cleaning.batch_writer import BatchWriter
 from pipeline_project.cleaning.config import CleaningConfig
-from pipeline_project.cleaning.dedup_index import DedupIndex, IndexEntry
 from pipeline_project.cleaning.errors import CleaningError, CountsMismatchError
-from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult
 from pipeline_project.cleaning.publish import (
     PublishedBatch,
     ShardEntry,
     ShardManifest,
+    exclusion_recorder,
     iter_shard_texts,
-    load_index,
-    publish_batch,
     read_shard_manifest,
-    save_index,
     verify_published,
+    write_manifest,
 )
 from pipeline_project.cleaning.readers import read_object, read_stream
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.shards import Shard, read_shard, write_shards
 from pipeline_project.cleaning.steps import StepStats
+from pipeline_project.cleaning.stream import StreamingCleaner, StreamResult
+from pipeline_project.cleaning.workers import FilterPool
 
 __all__ = [
+    "BatchWriter",
     "CleaningConfig",
     "CleaningError",
-    "CleaningPipeline",
-    "CleaningResult",
     "CountsMismatchError",
-    "DedupIndex",
     "DocState",
     "Document",
     "Dropped",
-    "IndexEntry",
+    "FilterPool",
     "PublishedBatch",
     "Quarantined",
     "Shard",
     "ShardEntry",
     "ShardManifest",
     "StepStats",
+    "StreamResult",
+    "StreamingCleaner",
+    "exclusion_recorder",
     "iter_shard_texts",
-    "load_index",
-    "publish_batch",
     "read_object",
     "read_shard",
     "read_shard_manifest",
     "read_stream",
-    "save_index",
     "verify_published",
+    "write_manifest",
     "write_shards",
 ]

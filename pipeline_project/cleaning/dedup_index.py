@@ -1,7 +1,9 @@
-"""Cross-batch dedup index: exact content hashes, MinHash band hashes and signatures of every kept document.
+"""The streaming cleaner's in-memory index of a batch's earlier chunks, and its lookups chained with the cross-batch one.
 
-Stored as sorted numpy arrays (key -> entry number) so that lookups are one vectorized searchsorted per
-batch and memory is a few hundred bytes per document (see `stats`). Serialized with `to_bytes` for S3.
+`LocalIndex` holds exact content hashes, MinHash band hashes and signatures of the kept documents as sorted numpy
+arrays (key -> entry number), so that a lookup is one vectorized searchsorted per chunk and memory is a few hundred
+bytes per document. The cross-batch index is `dedup_store.PostgresDedupIndex`; `ChainedIndex` looks both up as one.
+`LocalIndex.from_bytes` reads the index file that earlier versions kept in S3 (`pipeline-project dedup-import`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import zstandard
 
 from pipeline_project.cleaning.errors import IndexFormatError
 
-_FORMAT = 1
+FILE_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def _lookup(sorted_keys: np.ndarray, entries: np.ndarray, queries: np.ndarray) -
     return np.where(hit, entries[pos_c].astype(np.int64), -1)
 
 
-class DedupIndex:
+class LocalIndex:
     def __init__(self, num_perm: int = 112, num_bands: int = 14):
         self.num_perm = num_perm
         self.num_bands = num_bands
@@ -54,42 +56,12 @@ class DedupIndex:
         self.band_keys = np.zeros(0, dtype=np.uint64)
         self.band_entries = np.zeros(0, dtype=np.uint32)
         self.signatures = np.zeros((0, num_perm), dtype=np.uint32)
-        self._pending: dict[str, tuple] = {}  # reserved attempts, not yet published
 
     def __len__(self) -> int:
         return len(self.doc_ids)
 
-    def close(self) -> None:
-        """Nothing to release (the database-backed index closes its connection)."""
-
-    def begin_batch(self, batch_id: str) -> None:
-        """A re-run of a batch replaces its own entries: forget them before looking anything up."""
-        self.drop_batch(batch_id)
-
     def signature(self, number: int) -> np.ndarray:
         return self.signatures[int(number)]
-
-    def commit_batch(self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float) -> dict:
-        """Add (or, for a re-run, replace) a batch's kept documents. In memory there is one writer, so no document
-        is ever taken first."""
-        self.drop_batch(batch_id)
-        self.add(batch_id, list(doc_ids), exact_keys, band_keys, signatures)
-        return {}
-
-    def reserve_batch(self, batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold) -> dict:
-        """Hold a batch's kept documents back until `publish(attempt)` (the PostgreSQL index's protocol)."""
-        self._pending[attempt] = (batch_id, list(doc_ids), exact_keys, band_keys, signatures)
-        return {}
-
-    def confirm(self, attempt: str) -> None:
-        """One process holds the in-memory index: a reserved attempt stays reserved."""
-
-    def publish(self, attempt: str) -> None:
-        if attempt in self._pending:
-            self.commit_batch(*self._pending.pop(attempt), near_threshold=1.0)
-
-    def abandon(self, attempt: str) -> None:
-        self._pending.pop(attempt, None)
 
     def entry(self, number: int) -> IndexEntry:
         return IndexEntry(self.batches[int(self.doc_batch[number])], self.doc_ids[number])
@@ -139,73 +111,14 @@ class DedupIndex:
             np.concatenate([self.band_keys, new_keys]), np.concatenate([self.band_entries, new_entries])
         )
 
-    def drop_batch(self, batch_id: str) -> None:
-        """Forget a batch (a re-run of the same batch must not find itself)."""
-        if batch_id not in self.batches:
-            return
-        b = self.batches.index(batch_id)
-        keep = self.doc_batch != b
-        if keep.all():
-            return
-        renumber = np.cumsum(keep, dtype=np.int64) - 1
-        self.doc_ids = [d for d, k in zip(self.doc_ids, keep.tolist()) if k]
-        self.doc_batch = self.doc_batch[keep]
-        self.signatures = self.signatures[keep]
-        mask = keep[self.exact_entries]
-        self.exact_keys = self.exact_keys[mask]
-        self.exact_entries = renumber[self.exact_entries[mask]].astype(np.uint32)
-        mask = keep[self.band_entries]
-        self.band_keys = self.band_keys[mask]
-        self.band_entries = renumber[self.band_entries[mask]].astype(np.uint32)
-
-    @property
-    def stats(self) -> dict:
-        arrays = (
-            self.doc_batch,
-            self.exact_keys,
-            self.exact_entries,
-            self.band_keys,
-            self.band_entries,
-            self.signatures,
-        )
-        array_bytes = sum(a.nbytes for a in arrays)
-        id_bytes = sum(len(d) + 49 for d in self.doc_ids)  # CPython str header is ~49 bytes
-        entries = len(self.doc_ids)
-        return {
-            "entries": entries,
-            "batches": len(self.batches),
-            "bytes": array_bytes + id_bytes,
-            "bytes_per_doc": round((array_bytes + id_bytes) / entries, 1) if entries else 0.0,
-        }
-
-    def to_bytes(self) -> bytes:
-        buf = io.BytesIO()
-        meta = {
-            "format": _FORMAT,
-            "num_perm": self.num_perm,
-            "num_bands": self.num_bands,
-            "batches": self.batches,
-            "doc_ids": self.doc_ids,
-        }
-        np.savez(
-            buf,
-            meta=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
-            doc_batch=self.doc_batch,
-            exact_keys=self.exact_keys,
-            exact_entries=self.exact_entries,
-            band_keys=self.band_keys,
-            band_entries=self.band_entries,
-            signatures=self.signatures,
-        )
-        return zstandard.ZstdCompressor(level=3).compress(buf.getvalue())
-
     @classmethod
-    def from_bytes(cls, data: bytes) -> DedupIndex:
+    def from_bytes(cls, data: bytes) -> LocalIndex:
+        """The index file that earlier versions stored in S3 (`dedup/index.bin`), for the migration."""
         raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)).read()
         with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes().decode("utf-8"))
-            if meta["format"] != _FORMAT:
-                raise IndexFormatError(f"unknown DedupIndex format {meta['format']}")
+            if meta["format"] != FILE_FORMAT:
+                raise IndexFormatError(f"unknown dedup index file format {meta['format']}")
             index = cls(num_perm=meta["num_perm"], num_bands=meta["num_bands"])
             index.batches, index.doc_ids = meta["batches"], meta["doc_ids"]
             for name in ("doc_batch", "exact_keys", "exact_entries", "band_keys", "band_entries", "signatures"):
@@ -222,7 +135,7 @@ class ChainedIndex:
 
     LOCAL_OFFSET = 1 << 62
 
-    def __init__(self, earlier, local: DedupIndex):
+    def __init__(self, earlier, local: LocalIndex):
         self.earlier = earlier
         self.local = local
         self.num_perm = local.num_perm

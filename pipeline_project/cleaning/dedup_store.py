@@ -34,7 +34,7 @@ re-run is published; then, in one transaction, the keys both share pass to the r
 the earlier publication's rows go. What is left open: an attempt whose PostgreSQL session ends while its process
 goes on to write the manifest can be judged dead first; its `publish` then fails (the step fails and its retry
 re-commits), and if it is never re-run, later batches may keep a second copy of its documents; never lose one.
-Same lookups as the in-memory `DedupIndex` (a band key keeps its first owner).
+Same lookups as the streaming cleaner's in-memory `dedup_index.LocalIndex` (a band key keeps its first owner).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import numpy as np
 from pipeline_project.cleaning import dedup_attempts as attempts
 from pipeline_project.cleaning import dedup_reserve as reserving
 from pipeline_project.cleaning.dedup_attempts import SCHEMA_VERSION, AttemptLostError
-from pipeline_project.cleaning.dedup_index import DedupIndex, IndexEntry
+from pipeline_project.cleaning.dedup_index import IndexEntry, LocalIndex
 from pipeline_project.cleaning.dedup_traffic import IndexTraffic, first_line, row_bytes, signed
 from pipeline_project.cleaning.errors import CleaningError
 from pipeline_project.pg_timeouts import connect_kwargs
@@ -68,7 +68,7 @@ class DedupStoreUnavailableError(CleaningError):
 
 
 class PostgresDedupIndex:
-    """Same lookups as `DedupIndex`, over a PostgreSQL database (`url`: a libpq connection string).
+    """Same lookups as `LocalIndex`, over a PostgreSQL database (`url`: a libpq connection string).
 
     `is_published(batch_id, attempt)`: whether the batch's published manifest names the attempt (the asset checks
     S3). Without it, a dead attempt reserved for a manifest is left pending (its keys stay blocked), and one that
@@ -158,7 +158,7 @@ class PostgresDedupIndex:
             self._conn.close()
             self._conn = None
 
-    # -- the DedupIndex lookups ---------------------------------------------------------------------------------
+    # -- the LocalIndex lookups ------------------------------------------------------------------------------------
     def begin_batch(self, batch_id: str) -> None:
         """Resolve dead attempts; lookups from now on ignore the batch's own rows (a re-run must not find itself)."""
         self.batch_id = batch_id
@@ -370,8 +370,9 @@ class PostgresDedupIndex:
         return {"entries_estimate": max(0, int(row[0])) if row else 0, "backend": "postgres"}
 
     # -- migration -------------------------------------------------------------------------------------------
-    def import_index(self, index: DedupIndex) -> int:
-        """Copy an S3-stored `DedupIndex` in, batch by batch (the migration path); returns documents imported."""
+    def import_index(self, index: LocalIndex) -> int:
+        """Copy the S3 index file of earlier versions (`LocalIndex.from_bytes`) in, batch by batch (the migration
+        path); returns documents imported."""
         imported = 0
         batch_of = np.asarray(index.doc_batch)
         exact_by_entry = np.zeros(len(index), dtype=np.uint64)

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from pipeline_project.cleaning.budget import can_interrupt
 from pipeline_project.cleaning.config import CleaningConfig
-from pipeline_project.cleaning.dedup_index import DedupIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
 from pipeline_project.cleaning.parallel import DocumentFilters, FilterOutput, take_ahead
 from pipeline_project.cleaning.profile_config import PROFILE_NAMES
@@ -26,7 +22,7 @@ from pipeline_project.cleaning.profiles import (
     run_chain,
     split_at_dedup,
 )
-from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
+from pipeline_project.cleaning.records import Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import RunContext, StepStats
 
 log = logging.getLogger(__name__)
@@ -96,7 +92,6 @@ class CleaningResult:
     step_stats: list[StepStats] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
     batch_id: str = ""
-    pending_index: Any = None  # the index to commit to, until CleaningPipeline.commit ran
 
     def update_counts(self, n_in: int) -> None:
         self.counts = {
@@ -146,8 +141,9 @@ class Started:
 
 
 class CleaningPipeline:
-    """Routes each document to its profile's chain (`profiles.py`). With a `pool` (`workers.FilterPool`),
-    the routing and the per-document filters run in its workers; dedup and masking run here, in order.
+    """Cleans one chunk: `start` routes each document to its profile's chain (`profiles.py`); with a `pool`
+    (`workers.FilterPool`) the routing and the per-document filters run in its workers while the caller goes on;
+    `finish` then deduplicates and masks here, in order. `stream.StreamingCleaner` drives it chunk by chunk.
 
     Every document's per-document work runs under its CPU budget (`budget.py`): without a pool, in this process
     when it runs on the main thread, else in a pool of one worker that the pipeline starts when first needed.
@@ -164,23 +160,6 @@ class CleaningPipeline:
         self.router = ProfileRouter(self.config, self.filter_chains)
         self.post_chains = {name: parts[1] for name, parts in split.items()}
         self.pool = pool
-
-    def run(
-        self,
-        items: Iterable[Document | Quarantined],
-        batch_id: str,
-        index: DedupIndex | None = None,
-        commit: bool = True,
-        force_index: bool = False,
-    ) -> CleaningResult:
-        """Clean one batch, looking duplicates up in `index` (read only).
-
-        With `commit=True` the kept documents are then written to the index (`commit`). A caller that must
-        check something before the index changes (has this batch been produced already?) passes
-        `commit=False` and calls `commit(result)` itself; until then nothing is written (and the kept documents
-        keep their dedup keys in `doc.state`).
-        """
-        return self.finish(self.start(items, batch_id), index, commit=commit, force_index=force_index)
 
     def start(self, items: Iterable[Document | Quarantined], batch_id: str) -> Started:
         """Sort `items` into documents and quarantine records and hand the documents to the filters: to the
@@ -206,10 +185,10 @@ class CleaningPipeline:
             weakref.finalize(self, self.pool.close)
         return self.pool
 
-    def finish(
-        self, started: Started, index: DedupIndex | None = None, commit: bool = True, force_index: bool = False
-    ) -> CleaningResult:
-        """Wait for the filters of `started`, then deduplicate and mask here, in order (see `run`)."""
+    def finish(self, started: Started, index: Any = None) -> CleaningResult:
+        """Wait for the filters of `started`, then deduplicate and mask here, in order, looking duplicates up in
+        `index` (read only; `dedup_index.ChainedIndex` in the streaming cleaner). Nothing is written to it: the
+        kept documents carry their dedup keys in `doc.state` for the caller to commit."""
         batch_id, docs, quarantined = started.batch_id, started.docs, started.quarantined
         n_in = len(docs) + len(quarantined)
         read = StepStats("read", docs_in=n_in, dropped=len(quarantined), reasons=Counter(q.reason for q in quarantined))
@@ -218,11 +197,9 @@ class CleaningPipeline:
         )
         result = CleaningResult(quarantined=quarantined, step_stats=[read], batch_id=batch_id)
 
-        # force_index: `index` holds this batch's own earlier chunks too, and applies whatever the dedup scope
-        ctx = RunContext(batch_id=batch_id, index=index, scope="global" if force_index else self.config.dedup.scope)
-        if ctx.use_index:
+        ctx = RunContext(batch_id=batch_id, index=index)
+        if index is not None:
             index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
-            result.pending_index = index
         kept, dropped, stats, late = started.filtered()
         if late:  # over their CPU budget
             result.quarantined.extend(late)
@@ -243,51 +220,4 @@ class CleaningPipeline:
         for s in result.step_stats[1:]:
             log.info("%s/%s: %d in, %d dropped in %.2fs", s.profile, s.name, s.docs_in, s.dropped, s.seconds)
         result.update_counts(n_in)
-        if commit:
-            self.commit(result)
         return result
-
-    def commit(self, result: CleaningResult) -> CleaningResult:
-        """Write the kept documents to the index; documents another batch committed first move to `dropped`.
-
-        Only documents that survived the whole chain become the originals later batches are compared with.
-        """
-        index, result.pending_index = result.pending_index, None
-        if index is not None:
-            docs = result.kept
-            exact = np.array([d.state.exact_key or 0 for d in docs], dtype=np.uint64)
-            sigs = np.zeros((len(docs), index.num_perm), dtype=np.uint32)
-            bands = np.zeros((len(docs), index.num_bands), dtype=np.uint64)
-            for i, d in enumerate(docs):
-                mh = d.state.minhash
-                if mh is not None:
-                    sigs[i], bands[i] = mh
-            start = time.perf_counter()
-            late = index.commit_batch(
-                result.batch_id, [d.id for d in docs], exact, bands, sigs, near_threshold=self._near_threshold()
-            )
-            seconds = time.perf_counter() - start
-            # one index_commit row per profile, so each profile's table still adds up
-            by_profile: dict[str, StepStats] = {}
-            for d in docs:
-                name = d.meta.get("domain", "")
-                by_profile.setdefault(name, StepStats("index_commit", profile=name)).docs_in += 1
-            if late:
-                result.kept = [d for i, d in enumerate(docs) if i not in late]
-                for i, reason in sorted(late.items()):
-                    stats = by_profile[docs[i].meta.get("domain", "")]
-                    stats.reasons[reason.split("_of:", 1)[0]] += 1
-                    stats.dropped += 1
-                    result.dropped.append(Dropped.of(docs[i], "index_commit", reason))
-            for stats in by_profile.values():
-                stats.seconds = seconds * stats.docs_in / max(len(docs), 1)
-            result.step_stats.extend(by_profile.values())
-        for doc in result.kept:
-            doc.state = DocState()
-        result.update_counts(result.counts["in"])
-        return result
-
-    def _near_threshold(self) -> float:
-        from pipeline_project.cleaning.steps.dedup import signature_threshold
-
-        return signature_threshold(self.config.dedup.minhash)

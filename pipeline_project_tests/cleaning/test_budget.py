@@ -8,12 +8,11 @@ import threading
 
 from pipeline_project.cleaning import CleaningConfig, Document
 from pipeline_project.cleaning.config import LimitsConfig
-from pipeline_project.cleaning.dedup_index import DedupIndex
-from pipeline_project.cleaning.pipeline import CleaningPipeline
 from pipeline_project.cleaning.profiles import build_chains
 from pipeline_project.cleaning.steps.base import DocFilter
 from pipeline_project.cleaning.workers import FilterPool
 from pipeline_project_tests.cleaning.conftest import prose
+from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
 CONFIG = CleaningConfig(limits=LimitsConfig(document_cpu_seconds=0.5, document_cpu_seconds_per_mb=0))
 
@@ -58,7 +57,7 @@ def _outcome(result):
 
 def _check(result, stalls: tuple[str, ...]) -> None:
     """The stalled documents are quarantined; the others are decided as without them; the counts add up."""
-    expected = CleaningPipeline(CONFIG).run(_docs(()), "t", DedupIndex())
+    expected = WholeBatchPipeline(CONFIG).run(_docs(()), "t", MemoryDedupIndex())
     kept, dropped, quarantined = _outcome(result)
     assert quarantined == sorted((f"stall-{m}", "processing_timeout") for m in stalls)
     assert (kept, dropped) == _outcome(expected)[:2] and len(kept) == 6 and dropped
@@ -69,14 +68,16 @@ def _check(result, stalls: tuple[str, ...]) -> None:
 
 
 def test_a_looping_document_is_quarantined_in_process():
-    result = CleaningPipeline(CONFIG, chains_factory=stalling_chains).run(_docs(("STALL-PY",)), "t", DedupIndex())
+    result = WholeBatchPipeline(CONFIG, chains_factory=stalling_chains).run(
+        _docs(("STALL-PY",)), "t", MemoryDedupIndex()
+    )
     _check(result, ("STALL-PY",))
 
 
 def test_off_the_main_thread_the_budget_holds_in_a_worker():
     out = {}
-    pipeline = CleaningPipeline(CONFIG, chains_factory=stalling_chains)
-    thread = threading.Thread(target=lambda: out.update(r=pipeline.run(_docs(("STALL-PY",)), "t", DedupIndex())))
+    pipeline = WholeBatchPipeline(CONFIG, chains_factory=stalling_chains)
+    thread = threading.Thread(target=lambda: out.update(r=pipeline.run(_docs(("STALL-PY",)), "t", MemoryDedupIndex())))
     thread.start()
     thread.join(timeout=300)
     assert not thread.is_alive()
@@ -88,10 +89,10 @@ def test_off_the_main_thread_the_budget_holds_in_a_worker():
 def test_the_pool_quarantines_stalled_documents_and_replaces_their_workers():
     stalls = ("STALL-PY", "STALL-C")
     with FilterPool(CONFIG, workers=1, chains_factory=stalling_chains) as pool:
-        pipeline = CleaningPipeline(CONFIG, pool=pool, chains_factory=stalling_chains)
-        result = pipeline.run(_docs(stalls), "t", DedupIndex())
+        pipeline = WholeBatchPipeline(CONFIG, pool=pool, chains_factory=stalling_chains)
+        result = pipeline.run(_docs(stalls), "t", MemoryDedupIndex())
         _check(result, stalls)
         assert pool.replaced == 2  # one exited after its timeout, one was killed inside C code
         # the replaced workers go on cleaning
-        again = pipeline.run(_docs(()), "t2", DedupIndex())
+        again = pipeline.run(_docs(()), "t2", MemoryDedupIndex())
         assert _outcome(again)[0] == _outcome(result)[0] and again.counts["quarantined"] == 0

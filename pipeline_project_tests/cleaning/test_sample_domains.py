@@ -4,8 +4,9 @@ from collections import Counter
 
 import pytest
 
-from pipeline_project.cleaning import CleaningConfig, CleaningPipeline, DedupIndex, Document, read_object
+from pipeline_project.cleaning import CleaningConfig, Document, read_object
 from pipeline_project.demo.sample_corpus import generate
+from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -13,7 +14,7 @@ def test_the_generated_sample_is_kept_in_all_four_domains(seed):
     cfg = CleaningConfig()
     docs = [d for f in generate(seed=seed, docs_per_language=6) for d in read_object(f.key, f.data, cfg)]
     docs = [d for d in docs if isinstance(d, Document)]
-    result = CleaningPipeline(cfg).run(docs, "t", DedupIndex())
+    result = WholeBatchPipeline(cfg).run(docs, "t", MemoryDedupIndex())
     kept = Counter(d.meta.get("domain") for d in result.kept)
     assert set(kept) == {"en_web", "zh_web", "code", "books"}, kept
     (book,) = [d for d in result.kept if d.meta.get("domain") == "books"]

@@ -6,9 +6,10 @@ import copy
 
 import pytest
 
-from pipeline_project.cleaning import CleaningPipeline, DedupIndex, read_shard
+from pipeline_project.cleaning import read_shard
 from pipeline_project.cleaning.batch_writer import BatchWriter
 from pipeline_project.cleaning.stream import StreamingCleaner
+from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 from pipeline_project_tests.cleaning.test_dedup_store import CONFIG, _corpus, _docs, _edit
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
@@ -23,7 +24,7 @@ def _run(docs, chunk_docs, index=None, max_shard_bytes=1 << 20):
     client = MemoryS3Client({})
     writer = BatchWriter(client, "b", "shards/x/attempt/", "exclusions/x/excluded.jsonl.zst", max_shard_bytes)
     cleaner = StreamingCleaner(CONFIG, chunk_docs=chunk_docs)
-    index = index if index is not None else DedupIndex()
+    index = index if index is not None else MemoryDedupIndex()
     out = cleaner.run(docs, "x", index, writer, _records)
     shards = writer.finish_shards()
     cleaner.commit(out, index, writer, _records)
@@ -36,7 +37,7 @@ def test_one_chunk_decides_exactly_as_one_pass():
     texts = _corpus(20, 8)
     texts += [texts[0], _edit(texts[1], 40, 6, 123_000)]
     docs = _docs("x", texts)
-    single = CleaningPipeline(CONFIG).run(copy.deepcopy(docs), "x", DedupIndex())
+    single = WholeBatchPipeline(CONFIG).run(copy.deepcopy(docs), "x", MemoryDedupIndex())
     out, kept, _ = _run(copy.deepcopy(docs), chunk_docs=1000)
     assert kept == [d.id for d in single.kept]
     assert out.counts["dropped"] == len(single.dropped) == 2
@@ -57,7 +58,7 @@ def test_duplicates_are_found_across_chunks_and_counts_add_up():
 def test_a_late_duplicate_is_retracted_from_an_uploaded_shard():
     texts = _corpus(23, 5)
 
-    class TakenFirst(DedupIndex):
+    class TakenFirst(MemoryDedupIndex):
         def commit_batch(self, batch_id, doc_ids, *args, **kwargs):
             return {1: "exact_duplicate_of:other/doc-9"}  # another batch committed x-1 meanwhile
 
@@ -75,7 +76,7 @@ def test_empty_batch():
 class RecordingPool:
     """Runs the filters in process, and records when each chunk is handed over and when its output is awaited."""
 
-    def __init__(self, pipeline: CleaningPipeline):
+    def __init__(self, pipeline):
         self.pipeline, self.calls = pipeline, []
 
     def submit(self, docs, batch_id):
@@ -99,7 +100,7 @@ def test_with_a_pool_the_next_chunk_is_filtering_while_this_one_is_deduplicated(
     writer = BatchWriter(client, "b", "shards/x/attempt/", "exclusions/x/excluded.jsonl.zst")
     cleaner = StreamingCleaner(CONFIG, chunk_docs=4)
     cleaner.pipeline.pool = pool = RecordingPool(cleaner.pipeline)
-    out = cleaner.run(_docs("x", texts), "x", DedupIndex(), writer, _records)
+    out = cleaner.run(_docs("x", texts), "x", MemoryDedupIndex(), writer, _records)
     assert pool.calls == [("submit", 0), ("submit", 1), ("wait", 0), ("submit", 2), ("wait", 1), ("wait", 2)]
     assert out.counts == plain_out.counts and out.dropped_by_reason == plain_out.dropped_by_reason
     kept = [
@@ -120,7 +121,7 @@ def test_a_real_pool_streams_to_the_same_decisions():
     writer = BatchWriter(client, "b", "shards/x/attempt/", "exclusions/x/excluded.jsonl.zst")
     with FilterPool(CONFIG, workers=2) as pool:
         cleaner = StreamingCleaner(CONFIG, pool=pool, chunk_docs=3)
-        out = cleaner.run(_docs("x", texts), "x", DedupIndex(), writer, _records)
+        out = cleaner.run(_docs("x", texts), "x", MemoryDedupIndex(), writer, _records)
     kept = [
         r["id"]
         for s in writer.finish_shards()
@@ -135,14 +136,16 @@ def test_a_duplicate_any_number_of_chunks_later_is_found():
     # two or more chunks after its original was kept
     base = _corpus(26, 6)
     texts = base + [base[1], _edit(base[4], 100, 5, 458_000), *_corpus(27, 4), base[0]]
-    whole = [d.id for d in CleaningPipeline(CONFIG).run(_docs("x", copy.deepcopy(texts)), "x", DedupIndex()).kept]
+    whole = [
+        d.id for d in WholeBatchPipeline(CONFIG).run(_docs("x", copy.deepcopy(texts)), "x", MemoryDedupIndex()).kept
+    ]
     assert {"x-6", "x-7", "x-12"}.isdisjoint(whole)
     for chunk_docs in (1, 2, 3, 5):
         _, kept, _ = _run(_docs("x", copy.deepcopy(texts)), chunk_docs=chunk_docs)
         assert kept == whole, chunk_docs
 
 
-class RecordingIndex(DedupIndex):
+class RecordingIndex(MemoryDedupIndex):
     """The in-memory index, recording the attempt calls in order."""
 
     def __init__(self):

@@ -248,15 +248,15 @@ _DEDUP: dict[str, Any] = {}
 
 
 class MemoryDedupIndexResource(DedupIndexResource):
-    """The in-memory `DedupIndex` (the one the cleaning library's tests use), kept per store."""
+    """The in-memory `MemoryDedupIndex` (the one the cleaning library's tests use), kept per store."""
 
     postgres_url: str = "memory"
     store: str
 
     def open(self, num_perm: int, num_bands: int, is_published=None):
-        from pipeline_project.cleaning import DedupIndex
+        from pipeline_project_tests.cleaning.standins import MemoryDedupIndex
 
-        return _DEDUP.setdefault(self.store, DedupIndex(num_perm=num_perm, num_bands=num_bands))
+        return _DEDUP.setdefault(self.store, MemoryDedupIndex(num_perm=num_perm, num_bands=num_bands))
 
 
 def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResource]:
