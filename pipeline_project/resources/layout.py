@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_RAW_PREFIX, DEFAULT_TOPIC
+from pipeline_project.streaming.format import DEFAULT_MESSAGE_BYTES, DEFAULT_SEQ_LEN
 
 
 class PipelineLayout(dg.ConfigurableResource):
@@ -24,7 +25,7 @@ class PipelineLayout(dg.ConfigurableResource):
     refuses to start, naming the lost offsets)."""
     retention_bytes: int = -1
     """The token topic's retention.bytes per partition; -1 (the default): no size limit."""
-    seq_len: int = 256
+    seq_len: int = DEFAULT_SEQ_LEN
     fim_code_rate: float = 0.0
     """Fill-in-the-middle (`streaming.fim`) for the code domain: the fraction of code documents laid out
     prefix-suffix-middle (DeepSeek-V3: 0.1). 0 (the default) is off; other domains never get FIM. Part of the
@@ -32,9 +33,8 @@ class PipelineLayout(dg.ConfigurableResource):
     fim_mode: str = "psm"
     """"psm" (DeepSeek-V3) or "spm"."""
     fim_seed: int = 0
-    message_bytes: int = 128 * 1024
-    """Target Kafka message size: small enough that a batch spreads over all partitions (and so over
-    all loader ranks), large enough that per-message overhead stays negligible."""
+    message_bytes: int = DEFAULT_MESSAGE_BYTES
+    """Target Kafka message size (`streaming.format.DEFAULT_MESSAGE_BYTES` says why this default)."""
     max_objects_per_batch: int = 500
     max_batch_mb: int = 1024
     """A batch closes at max_objects_per_batch objects or max_batch_mb of raw bytes, whichever comes first."""

@@ -29,7 +29,11 @@ FORMAT_VERSIONS = (PLAIN_FORMAT_VERSION, FORMAT_VERSION)
 PAD_TOKEN = 0xFFFF_FFFF  # fills a padded tail block; never a token id (vocabularies are far smaller)
 TOKEN_DTYPE = np.dtype("<u4")
 TOKEN_BYTES = TOKEN_DTYPE.itemsize
-DEFAULT_MAX_MESSAGE_BYTES = 900_000
+DEFAULT_SEQ_LEN = 256  # tokens per block: the topic's (`PipelineLayout.seq_len`) and the trainer's (`TrainConfig`)
+DEFAULT_MESSAGE_BYTES = 128 * 1024
+"""Target Kafka message size (`PipelineLayout.message_bytes`, `ProducerConfig.max_message_bytes`): small enough that
+a batch spreads over all partitions (and so over all loader ranks), large enough that per-message overhead stays
+negligible, and well under the brokers' 1 MiB `message.max.bytes`."""
 
 H_FORMAT = "fmt"
 H_TOKENIZER = "tok"
@@ -63,7 +67,7 @@ def count_padding(blocks: np.ndarray) -> tuple[int, int]:
     return pad, (int(np.count_nonzero(mask.any(axis=1))) if pad else 0)
 
 
-def max_blocks_per_message(seq_len: int, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> int:
+def max_blocks_per_message(seq_len: int, max_bytes: int = DEFAULT_MESSAGE_BYTES) -> int:
     """How many whole blocks fit in a value of at most `max_bytes`."""
     if seq_len <= 0:
         raise ValueError(f"seq_len must be positive, got {seq_len}")

@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline_project.streaming.errors import LedgerConflictError
 from pipeline_project.streaming.fim import FimPolicy
-from pipeline_project.streaming.format import TOKEN_BYTES, max_blocks_per_message
+from pipeline_project.streaming.format import DEFAULT_MESSAGE_BYTES, TOKEN_BYTES, max_blocks_per_message
 from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.kafka_stats import KafkaStats
 from pipeline_project.streaming.ledger import (
@@ -85,7 +85,7 @@ class ProducerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     version: int = 2
-    max_message_bytes: int = Field(default=900_000, gt=0)
+    max_message_bytes: int = Field(default=DEFAULT_MESSAGE_BYTES, gt=0)
     # encoded messages staged per transaction; a chunk holds at least one message
     transaction_max_bytes: int = Field(default=64 << 20, gt=0)
     # covers producing one staged chunk (never reading or tokenizing); >= the producer's delivery.timeout.ms

@@ -167,7 +167,8 @@ def test_encode_rejects_wrong_dtype_and_shape():
 
 
 def test_max_blocks_per_message():
-    assert max_blocks_per_message(4096) == 54  # 54 * 16384 = 884,736 <= 900,000
+    assert max_blocks_per_message(4096) == 8  # 8 * 16384 = 128 KiB, the default message size
+    assert max_blocks_per_message(4096, 900_000) == 54  # 54 * 16384 = 884,736 <= 900,000
     assert max_blocks_per_message(2048, max_bytes=8192) == 1
     assert max_blocks_per_message(1024, max_bytes=8192) == 2
     with pytest.raises(ValueError, match="over the"):
