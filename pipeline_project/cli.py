@@ -10,10 +10,13 @@ from rich.table import Table
 
 from pipeline_project.batches_cli import batches_app
 from pipeline_project.cluster.cli import cluster_app
+from pipeline_project.journey_cli import VersionOpt, checkpoint_app, status
 from pipeline_project.ledger_cli import ledger_app
+from pipeline_project.retune_cli import retune
 from pipeline_project.stack import StackError
 from pipeline_project.stack.config import DEFAULT_SERVICES
 from pipeline_project.stack_cli import StateDir, console, fail, make_stack, print_status, stack_app
+from pipeline_project.trace_cli import trace_app
 
 app = typer.Typer(
     help="Dagster ML data platform: raw text -> cleaned shards -> Kafka token blocks -> DeepSeek checkpoint.",
@@ -24,6 +27,15 @@ app.add_typer(stack_app, name="stack")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(batches_app, name="batches")
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(trace_app, name="trace")
+app.command("retune")(retune)
+app.add_typer(checkpoint_app, name="checkpoint")
+app.command("status")(status)
+
+
+@app.callback()
+def _main(version: VersionOpt = False) -> None:
+    pass
 
 
 @app.command()

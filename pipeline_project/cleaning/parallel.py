@@ -112,7 +112,8 @@ class DocumentFilters:
             steps = self.post[name]
             start = time.process_time()
             for _, kept_doc in items:
-                kept_doc.state = DocState()  # the words cache is not worth sending back
+                # the words cache is not worth sending back; the quality signals go to the attribute file
+                kept_doc.state = DocState(signals=kept_doc.state.signals)
                 prepare_ahead(steps, kept_doc)
                 # the profile's masking step (PIIMasking, or SecretsMasking for code) masks as the sink does
                 ahead = kept_doc.state.prepared.get("pii") or kept_doc.state.prepared.get("secrets")
