@@ -129,8 +129,9 @@ def doctor(
 ) -> None:
     """Check Kafka, S3, MLflow, Dagster and PostgreSQL: one line per check with a fix hint; exit 1 if any fails."""
     from pipeline_project.doctor import main as doctor_main
+    from pipeline_project.settings import Settings
 
-    raise typer.Exit(doctor_main(only, timeout, echo=typer.echo))
+    raise typer.Exit(doctor_main(Settings(), only, timeout, echo=typer.echo))
 
 
 @app.command("dedup-import")

@@ -241,12 +241,13 @@ def run_checks(
             yield from runners[name]()
 
 
-def main(only: str | None = None, timeout_s: float = 5.0, echo: Callable[[str], None] = print) -> int:
-    """The CLI's `doctor`: checks the services `Settings` (the environment) names; 0 when every check passes."""
+def main(
+    settings: Settings, only: str | None = None, timeout_s: float = 5.0, echo: Callable[[str], None] = print
+) -> int:
+    """The CLI's `doctor`: checks the services `settings` name; 0 when every check passes."""
     from pipeline_project.resources.layout import PipelineLayout
     from pipeline_project.settings import KAFKA_SASL_PASSWORD_ENV, secret
 
-    settings = Settings()
     chosen = tuple(n.strip() for n in only.split(",") if n.strip()) if only else CHECKS
     failed = 0
     for check in run_checks(

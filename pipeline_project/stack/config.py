@@ -79,6 +79,8 @@ class StackConfig:
     s3_secret_key: str = client_settings.LOCAL_S3_SECRET_KEY
     buckets: tuple[str, ...] = field(default_factory=lambda: tuple(Settings().buckets))
     mlflow_artifacts_bucket: str = field(default_factory=lambda: Settings().mlflow_artifacts_bucket)
+    trainer_metrics_port: int = field(default_factory=lambda: Settings().metrics_port)
+    """The first trainer rank's Prometheus port (`PIPELINE_METRICS_PORT`); 0: trainers are not scraped."""
     kafka_security: str | None = field(default_factory=client_settings.stack_kafka_security)
     """"plaintext" or "sasl_ssl" (`up --secure`); None: what the state dir's Kafka storage was formatted for."""
     kafka_sasl_mechanism: str = DEFAULT_SASL_MECHANISM

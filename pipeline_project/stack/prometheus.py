@@ -14,8 +14,6 @@ import shutil
 from pathlib import Path
 from string import Template
 
-from pipeline_project.settings import Settings
-
 from .errors import StackError
 from .processes import ManagedProcess, http_get
 from .service import Service, ServiceStatus
@@ -91,7 +89,7 @@ class PrometheusService(Service):
                 rules=str(deploy / "alerts.yml"),
             )
         )
-        base = Settings().metrics_port
+        base = cfg.trainer_metrics_port
         trainer = self.targets_dir / "trainer.json"
         if base:
             targets = [f"{cfg.host}:{base + r}" for r in range(TRAINER_RANKS_SCRAPED)]

@@ -160,8 +160,8 @@ def load_resume_state(directory: str | Path) -> ResumeState:
     return ResumeState(**state)
 
 
-def s3_client(settings: Settings | None = None):
-    return (settings or Settings()).s3_client()
+def s3_client(settings: Settings):
+    return settings.s3_client()
 
 
 def checkpoint_prefix(run_name: str) -> str:
