@@ -28,6 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPa
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from pipeline_project.streaming.errors import TopicError, TopicLayoutMismatchError, TopicMissingError, kafka_error_text
+from pipeline_project.streaming.offsets import attempt_budget
 
 log = logging.getLogger(__name__)
 
@@ -153,19 +154,25 @@ def ensure_topic(
 def _exists(admin: AdminClient, name: str, timeout_s: float) -> bool:
     """Does the topic exist, by metadata any reachable broker serves? Asked before CreateTopics, which librdkafka
     sends to the broker it takes for the controller: one that is unreachable (a cut host) would fail the call for
-    a topic that needs no creating. An answer other than "unknown topic" (e.g. a timeout) leaves it to create."""
-    future = admin.describe_topics(TopicCollection([name]), request_timeout=timeout_s)[name]
-    try:
-        future.result(timeout=timeout_s)
-        return True
-    except TimeoutError:
-        log.info("describing topic %r: no answer within %gs; trying to create it", name, timeout_s)
-        return False
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if not (isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            log.info("describing topic %r failed (%s); trying to create it", name, kafka_error_text(exc))
-        return False
+    a topic that needs no creating. Each attempt is short (librdkafka may have sent it to the unreachable broker
+    too); no answer by `timeout_s` leaves it to create."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        budget = attempt_budget(deadline)
+        future = admin.describe_topics(TopicCollection([name]), request_timeout=budget)[name]
+        try:
+            future.result(timeout=budget + 1.0)
+            return True
+        except TimeoutError:
+            problem = f"no answer within {budget:g}s"
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return False
+            problem = kafka_error_text(exc)
+        if time.monotonic() >= deadline:
+            log.info("describing topic %r: %s; trying to create it", name, problem)
+            return False
 
 
 def _create(admin: AdminClient, new: NewTopic, timeout_s: float) -> bool:
@@ -204,7 +211,15 @@ def _wait_for_leaders(admin: AdminClient, name: str, timeout_s: float) -> tuple[
     """Wait until metadata shows every partition with a leader; return (partitions, replication factor)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        md = admin.list_topics(topic=name, timeout=timeout_s).topics.get(name)
+        try:  # short attempts: the broker a metadata request goes to can be an unreachable one
+            md = admin.list_topics(topic=name, timeout=attempt_budget(deadline)).topics.get(name)
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise TopicError(
+                    f"topic {name!r}: no metadata within {timeout_s:g}s: {kafka_error_text(exc)}"
+                ) from None
+            time.sleep(0.2)
+            continue
         ready = (
             md is not None and md.error is None and md.partitions and all(p.leader >= 0 for p in md.partitions.values())
         )
@@ -247,12 +262,18 @@ def _describe_topic_config(admin: AdminClient, name: str, timeout_s: float) -> d
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     deadline = time.monotonic() + timeout_s
     while True:
+        budget = attempt_budget(deadline)  # short attempts, as in _exists
         try:
-            entries = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+            entries = admin.describe_configs([resource], request_timeout=budget)[resource].result(timeout=budget + 1)
             return {k: e.value for k, e in entries.items()}
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise TopicError(f"describing topic {name!r}: no answer within {timeout_s:g}s") from None
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            retriable = isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            retriable = isinstance(err, KafkaError) and (
+                err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART or err.code() == KafkaError._TIMED_OUT
+            )
             if not retriable or time.monotonic() > deadline:
                 raise TopicError(f"describing topic {name!r} failed: {kafka_error_text(exc)}") from None
             time.sleep(0.2)
