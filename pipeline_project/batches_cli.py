@@ -16,7 +16,8 @@ batches_app = typer.Typer(
 )
 
 
-def _instance(home: Path | None):
+def dagster_instance(home: Path | None):
+    """The Dagster instance at `home`, else $DAGSTER_HOME's, else the local stack's (also `status`'s)."""
     import dagster as dg
 
     if home is None and not os.environ.get("DAGSTER_HOME"):
@@ -42,7 +43,7 @@ def batches(
     try:
         settings = Settings()
         s3 = settings.s3_client()
-        with _instance(dagster_home) as instance:
+        with dagster_instance(dagster_home) as instance:
             rows = batch_outcomes(
                 instance, lambda b: read_manifest(s3, settings.bucket, b), failed_only=failed, limit=limit
             )

@@ -22,7 +22,8 @@ ledger_app = typer.Typer(
 TopicOpt = Annotated[str | None, typer.Option("--topic", help="Token topic [env PIPELINE_TOPIC]")]
 
 
-def _connect(topic: str | None):
+def connect(topic: str | None):
+    """Kafka settings, the topic (`topic` or PIPELINE_TOPIC) and the ledger's PostgreSQL index (also `status`'s)."""
     from pipeline_project.settings import KAFKA_SASL_PASSWORD_ENV, Settings, secret
     from pipeline_project.streaming.kafka_client import KafkaSettings
     from pipeline_project.streaming.ledger_index import PostgresLedgerIndex
@@ -44,7 +45,7 @@ def show(batch: Annotated[str, typer.Argument(help="The batch (ledger key)")], t
     from pipeline_project.streaming.ledger_retire import describe_entry
 
     try:
-        kafka, topic, index = _connect(topic)
+        kafka, topic, index = connect(topic)
         records = read_ledger_records(kafka, topic, keys=[batch], index=index)
         index.close()
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
@@ -62,7 +63,7 @@ def retire(
     from pipeline_project.streaming.ledger_retire import retire_entry
 
     try:
-        kafka, topic, index = _connect(topic)
+        kafka, topic, index = connect(topic)
         done = retire_entry(kafka, topic, batch, reason, index=index)
         index.close()
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall

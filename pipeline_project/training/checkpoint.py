@@ -45,13 +45,15 @@ from torch import nn
 from pipeline_project.ingest import UnsafeKeyError, key_to_path
 from pipeline_project.settings import Settings
 from pipeline_project.training.checkpoint_ref import (
+    DATA_STATE_FILE,
     HF_DIR,
     LATEST_FILE,
     RESUME_DIR,
     CheckpointRef,
     LatestPointer,
+    latest_ref,
     make_ref,
-    parse_ref,
+    read_latest,
 )
 from pipeline_project.training.errors import CheckpointConflictError, CheckpointWriteError, InvalidCheckpointError
 from pipeline_project.training.mlflow_model import write_mlflow_model
@@ -61,7 +63,6 @@ log = logging.getLogger(__name__)
 __all__ = ["HF_DIR", "LATEST_FILE", "RESUME_DIR", "CheckpointRef", "LatestPointer"]  # re-exported
 
 STATE_FILE = "state.pt"
-DATA_STATE_FILE = "data_state.json"
 
 
 class SavesTokenizer(Protocol):
@@ -248,19 +249,6 @@ def _settle_failed_write(
         raise exc
     _delete_quietly(s3, bucket, keys)
     raise _conflict(bucket, prefix, expected, ref.uri.removeprefix(f"s3://{bucket}/").rstrip("/")) from exc
-
-
-def read_latest(s3, bucket: str, prefix: str) -> LatestPointer:
-    """`latest.json` under `prefix` and its ETag; `LatestPointer(None, None)` when there is none yet."""
-    try:
-        got = s3.get_object(Bucket=bucket, Key=f"{prefix.strip('/')}/{LATEST_FILE}")
-    except s3.exceptions.NoSuchKey:
-        return LatestPointer(ref=None, etag=None)
-    return LatestPointer(ref=parse_ref(got["Body"].read(), bucket, prefix), etag=got["ETag"])
-
-
-def latest_ref(s3, bucket: str, prefix: str) -> CheckpointRef | None:
-    return read_latest(s3, bucket, prefix).ref
 
 
 def download_prefix(s3, bucket: str, prefix: str, directory: str | Path) -> Path:

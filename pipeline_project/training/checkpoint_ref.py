@@ -20,6 +20,7 @@ from pipeline_project.training.errors import InvalidCheckpointError
 HF_DIR = "hf"
 RESUME_DIR = "resume"
 LATEST_FILE = "latest.json"
+DATA_STATE_FILE = "data_state.json"  # in resume/: the data loaders' states as JSON (per-partition Kafka offsets)
 
 
 @dataclass(frozen=True)
@@ -79,3 +80,16 @@ def parse_ref(raw: bytes, bucket: str, prefix: str) -> CheckpointRef:
     if (data["hf_uri"], data["resume_uri"]) != (ref.hf_uri, ref.resume_uri):
         raise InvalidCheckpointError(f"{where}: hf_uri / resume_uri are not {ref.hf_uri} / {ref.resume_uri}")
     return ref
+
+
+def read_latest(s3, bucket: str, prefix: str) -> LatestPointer:
+    """`latest.json` under `prefix` and its ETag; `LatestPointer(None, None)` when there is none yet."""
+    try:
+        got = s3.get_object(Bucket=bucket, Key=f"{prefix.strip('/')}/{LATEST_FILE}")
+    except s3.exceptions.NoSuchKey:
+        return LatestPointer(ref=None, etag=None)
+    return LatestPointer(ref=parse_ref(got["Body"].read(), bucket, prefix), etag=got["ETag"])
+
+
+def latest_ref(s3, bucket: str, prefix: str) -> CheckpointRef | None:
+    return read_latest(s3, bucket, prefix).ref

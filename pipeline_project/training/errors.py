@@ -45,3 +45,7 @@ class InvalidCheckpointError(TrainingError, ValueError):
 class RankFailedError(TrainingError, RuntimeError):
     """A step that one rank ran for all (rank 0 reading `latest.json`, a node's local rank 0 downloading the
     checkpoint) failed there; the other ranks raise this with its message instead of waiting forever."""
+
+
+class CheckpointNotFoundError(TrainingError, LookupError):
+    """No checkpoint where one was asked for: an unknown lineage, or a step the lineage never saved."""

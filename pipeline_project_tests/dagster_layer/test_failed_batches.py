@@ -49,7 +49,7 @@ def test_a_batch_that_fails_for_good_is_listed_with_its_error_and_objects(instan
     assert "SlowDown" in rows[0].error
     assert sorted(rows[0].objects) == sorted(layout.raw_prefix + n for n in names)
 
-    monkeypatch.setattr(batches_cli, "_instance", lambda home: instance)
+    monkeypatch.setattr(batches_cli, "dagster_instance", lambda home: instance)
     monkeypatch.setattr(instance, "__exit__", lambda *a: None)
     out = CliRunner().invoke(app, ["batches", "--failed", "--json"])
     assert out.exit_code == 0, out.output
