@@ -21,9 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from collections import Counter
 from collections.abc import Iterable
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -101,11 +99,6 @@ def rows_of(kept: Iterable[Document], dropped: Iterable[Dropped], quarantined: I
     return rows
 
 
-def copies_in(rows: Iterable[dict]) -> Counter:
-    """(target "<batch>/<doc>", kind) -> how many of `rows` are duplicates of it."""
-    return Counter((r["dup_of"], r["dup_kind"]) for r in rows if r.get("dup_of"))
-
-
 class AttributeWriter:
     """Collects a batch's attribute rows in a temporary Parquet file; `finish` patches decisions that changed
     after a chunk was written (late index drops) and the copy counts, then uploads the file."""
@@ -170,7 +163,3 @@ def read_attributes(data: bytes) -> tuple[pa.Table, CleaningConfig]:
     if raw is None:
         raise ValueError("attribute file without its cleaning config (not written by this pipeline)")
     return table, CleaningConfig.model_validate(json.loads(raw))
-
-
-def as_rows(table: pa.Table) -> list[dict[str, Any]]:
-    return table.to_pylist()
