@@ -88,6 +88,15 @@ def dedup_attempts(cs: ClusterStack, batch: str, schema: str = "dedup") -> Count
         conn.close()
 
 
+def _in_step(instance, run_id: str, step: str):
+    """The newest of the run and its retries (a run can fail before its first step on a loaded machine, e.g. when
+    the daemon's call to the code server times out) if it is executing `step`, else None."""
+    run = instance.get_run_by_id(run_id)
+    while (retry := df.retry_of(instance, run.run_id)) is not None:
+        run = retry
+    return run if not run.is_finished and df.step_started(instance, run.run_id, step) else None
+
+
 def _settle(instance, run_id: str, timeout: float) -> tuple[str, Any]:
     """Wait for the run to finish; when it failed, for the retry the daemon launches and its end. Queries that
     fail while the store recovers are asked again. Returns the run's status and the last run (itself or a retry)."""
@@ -115,9 +124,9 @@ def pg_cut_during_run(
     t0 = time.monotonic()
     keys = upload_sample(cs, seed)
     batch = df.batch_of(cs, instance, keys)
-    run = df.run_of(instance, batch)
-    df.wait_for(f"step {step} of run {run.run_id} to start", lambda: df.step_started(instance, run.run_id, step),
-                300, story=lambda: df.run_story(instance, run.run_id))  # fmt: skip
+    first = df.run_of(instance, batch)
+    run = df.wait_for(f"step {step} of run {first.run_id} or a retry of it to run", lambda: _in_step(instance,
+                      first.run_id, step), 300, story=lambda: df.run_story(instance, first.run_id))  # fmt: skip
     time.sleep(cut_after_s)
     in_flight = not instance.get_run_by_id(run.run_id).is_finished
     cs.cluster.cut("postgres")
