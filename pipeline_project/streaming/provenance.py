@@ -115,7 +115,9 @@ def read_messages(
                     raise ProvenanceError(f"{topic}[{p}]@{offset}: no committed message read in {timeout_s:g}s")
                 for msg in consumer.consume(64, timeout=0.5):
                     if msg.error() is not None:
-                        if msg.error().code() == KafkaError._PARTITION_EOF:
+                        # an end-of-partition event at or before the offset: nothing committed there
+                        eof = msg.error().code() == KafkaError._PARTITION_EOF
+                        if eof and msg.partition() == p and 0 <= msg.offset() <= offset:
                             raise ProvenanceError(f"{topic}[{p}]@{offset}: past the end of the partition")
                         continue
                     if (p, msg.offset()) in wanted_set:
