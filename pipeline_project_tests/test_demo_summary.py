@@ -21,6 +21,9 @@ def test_summary_totals_come_from_each_assets_latest_materialization():
                     metadata={
                         "blocks": blocks,
                         "tokens": blocks * 64,
+                        "fim_docs": 1,
+                        "decontaminated": kept - 4,
+                        "decontaminated_humaneval": kept - 4,
                         "domains": {
                             "en_web": {"docs": kept - 1, "blocks": blocks - 1, "tokens": (blocks - 1) * 64},
                             "code": {"docs": 1, "blocks": 1, "tokens": 64},
@@ -33,4 +36,5 @@ def test_summary_totals_come_from_each_assets_latest_materialization():
     assert rows["kept"] == "12" and rows["documents in"] == "16"
     assert rows["blocks in Kafka"] == "7" and rows["tokens in Kafka"] == "448"
     assert rows["training steps"] == "5"
+    assert rows["FIM documents"] == "2" and rows["decontaminated"] == "4 (humaneval 4)"
     assert rows["kept en_web"] == "10 documents, 320 tokens" and rows["kept code"] == "2 documents, 128 tokens"

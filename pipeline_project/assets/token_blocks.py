@@ -28,6 +28,22 @@ def offset_ranges_table(ranges: dict) -> str:
     return "\n".join(rows)
 
 
+def corpus_counts(domains: dict, dropped_by_reason: dict) -> dict[str, int]:
+    """`fim_docs` (when FIM is on), `decontaminated` and `decontaminated_<benchmark>` (the cleaning drops with reason
+    `decontaminated:<benchmark>`, from the batch's cleaned_shards metadata; 0 when none or off)."""
+    out = {}
+    if any("fim_docs" in c for c in domains.values()):
+        out["fim_docs"] = sum(int(c.get("fim_docs", 0)) for c in domains.values())
+    out["decontaminated"] = 0
+    for key, n in dropped_by_reason.items():
+        _step, _, reason = key.partition(":")
+        if reason.startswith("decontaminated:"):
+            benchmark = reason.removeprefix("decontaminated:")
+            out[f"decontaminated_{benchmark}"] = out.get(f"decontaminated_{benchmark}", 0) + int(n)
+            out["decontaminated"] += int(n)
+    return out
+
+
 @dg.asset(
     partitions_def=batches,
     deps=[cleaned_shards],
@@ -54,6 +70,7 @@ def token_blocks(
     batch_id = context.partition_key
     client = s3.get_client()
     manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir(batch_id))
+    cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
     kafka.ensure_topic(
         layout.topic,
         partitions=layout.topic_partitions,
@@ -139,6 +156,7 @@ def token_blocks(
             metadata[f"blocks_{d}"] = c["blocks"]
             if "fim_docs" in c:  # documents laid out for fill-in-the-middle (FIM on)
                 metadata[f"fim_docs_{d}"] = c["fim_docs"]
+    metadata.update(corpus_counts(report.domains, cleaned_meta.get("dropped_by_reason") or {}))
     if mlflow_url:
         metadata["mlflow_run"] = dg.MetadataValue.url(mlflow_url)
     return dg.MaterializeResult(metadata=metadata)

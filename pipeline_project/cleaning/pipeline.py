@@ -28,6 +28,11 @@ from pipeline_project.cleaning.steps import RunContext, StepStats
 log = logging.getLogger(__name__)
 
 
+def reason_key(reason: str) -> str:
+    """A drop reason without its detail; the benchmark of `decontaminated:<benchmark>` is the reason, kept."""
+    return reason if reason.startswith("decontaminated:") else reason.split(":", 1)[0]
+
+
 def profile_counts(step_stats: list[StepStats]) -> dict[str, dict[str, int]]:
     """Per profile: documents routed to it (its first step's input), dropped by its steps, kept."""
     out: dict[str, dict[str, int]] = {}
@@ -103,8 +108,9 @@ class CleaningResult:
         self.check_counts()
 
     def dropped_by_reason(self) -> dict[str, int]:
-        """Counts keyed `step:reason` (the reason without its detail) and `quarantine:reason`."""
-        counts: Counter = Counter(f"{d.step}:{d.reason.split(':', 1)[0]}" for d in self.dropped)
+        """Counts keyed `step:reason` (the reason without its detail; `decontaminated:<benchmark>` whole) and
+        `quarantine:reason`."""
+        counts: Counter = Counter(f"{d.step}:{reason_key(d.reason)}" for d in self.dropped)
         counts.update(f"quarantine:{q.reason}" for q in self.quarantined)
         return dict(counts)
 

@@ -123,6 +123,8 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
         table.add_row(name, f"{value:,}")
     for domain, (docs, tokens) in sorted(per_domain.items()):
         table.add_row(f"kept {domain}", f"{docs:,} documents, {tokens:,} tokens")
+    for label, value in corpus_rows([_meta(instance, token_blocks, p) for p in partitions]):
+        table.add_row(label, value)
     table.add_row("batches", ", ".join(partitions))
     for label, key in [
         ("training steps", "steps"),
@@ -134,6 +136,25 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     table.add_row("Dagster UI", settings.dagster_url)
     table.add_row("MLflow UI", settings.mlflow_tracking_uri)
     return table
+
+
+def corpus_rows(token_meta: list[dict]) -> list[tuple[str, str]]:
+    """FIM and decontamination counts summed over the batches' token_blocks metadata ("off" where no batch has
+    them: FIM off, decontamination not configured)."""
+    fim = [int(m["fim_docs"]) for m in token_meta if "fim_docs" in m]
+    decon = [m for m in token_meta if "decontaminated" in m]
+    per_benchmark: dict[str, int] = {}
+    for m in decon:
+        for key, n in m.items():
+            if key.startswith("decontaminated_"):
+                name = key.removeprefix("decontaminated_")
+                per_benchmark[name] = per_benchmark.get(name, 0) + int(n)
+    detail = ", ".join(f"{b} {n:,}" for b, n in sorted(per_benchmark.items()))
+    decon_total = sum(int(m["decontaminated"]) for m in decon)
+    return [
+        ("FIM documents", f"{sum(fim):,}" if fim else "off"),
+        ("decontaminated", (f"{decon_total:,}" + (f" ({detail})" if detail else "")) if decon else "off"),
+    ]
 
 
 def triggered_runs_in_the_way(instance) -> list[str]:

@@ -24,6 +24,7 @@ from dagster_aws.s3 import S3Resource
 from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.mlflow import MlflowResource
+from pipeline_project.streaming.fim import FimApplier, FimSentinels
 from pipeline_project.streaming.format import PAD_TOKEN
 from pipeline_project.streaming.ledger import LedgerRecords, ProduceReport
 from pipeline_project.streaming.packing import DomainPackers
@@ -161,25 +162,27 @@ class MemoryKafkaResource(KafkaResource):
     def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
                              source: str, ledger_key: str, content_hash: str,
                              max_message_bytes: int, fim=None) -> ProduceReport:  # fmt: skip
-        if fim is not None and fim.active:
-            raise NotImplementedError("the in-memory stand-in packs without fill-in-the-middle")
         state = self._state()
         existing = state["ledger"].get((topic, ledger_key))
         if existing is not None:
             existing.reused = True
             return existing
         packer = DomainPackers(seq_len, EOS)  # a block never mixes domains, as in the real producer
+        applier = FimApplier(fim, FimSentinels(257, 258, 259)) if fim is not None and fim.active else None
+        if applier is not None:  # FIM as the real producer lays it out, on byte "tokens" (sentinels above 256)
+            packer.fim_docs = applier.counts
         blocks, domains = [], {}
         for item in texts:
             domain, text = (None, item) if isinstance(item, str) else item
-            for d, b in packer.add([np.frombuffer(text.encode(), dtype=np.uint8).astype(np.uint32) + 1], [domain]):
+            ids = applier.encode([text], [domain], _byte_ids)[0] if applier else _byte_ids([text])[0]
+            for d, b in packer.add([ids], [domain]):
                 blocks.append(b)
                 _count_domain(domains, d, b, seq_len)
         for d, b in packer.flush():
             blocks.append(b)
             _count_domain(domains, d, b, seq_len)
         for d, s in packer.per_domain().items():
-            domains[d]["docs"] = s["docs"]
+            domains[d].update({k: s[k] for k in ("docs", "fim_docs") if k in s})
         joined = np.concatenate([b for b in blocks if len(b)] or [np.zeros((0, seq_len), dtype=np.uint32)])
         partitions = state["topics"][topic]
         offsets = {}
@@ -257,6 +260,10 @@ class MemoryDedupIndexResource(DedupIndexResource):
         from pipeline_project_tests.cleaning.standins import MemoryDedupIndex
 
         return _DEDUP.setdefault(self.store, MemoryDedupIndex(num_perm=num_perm, num_bands=num_bands))
+
+
+def _byte_ids(texts: list[str]) -> list[np.ndarray]:
+    return [np.frombuffer(t.encode(), dtype=np.uint8).astype(np.uint32) + 1 for t in texts]
 
 
 def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResource]:

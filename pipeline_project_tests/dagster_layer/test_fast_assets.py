@@ -115,3 +115,38 @@ def test_a_batch_of_only_bad_input_is_accounted_for_and_produces_nothing(instanc
     assert (c["documents_in"], c["kept"], c["quarantined"]) == (4, 0, 4)
     assert meta["token_blocks"]["blocks"] == 0
     assert all(checks.values()), checks
+
+
+def test_token_blocks_metadata_counts_fim_and_decontaminated_documents(instance, uid, layout, tmp_path):
+    """FIM on for code and HumanEval decontamination on: the counts reach the token_blocks metadata."""
+    import gzip
+    import json
+    import random
+
+    from pipeline_project.cleaning.decontam_index import HUMANEVAL, resolve_path
+    from pipeline_project.demo.sample_domains import code_file
+    from pipeline_project.resources.cleaning import CleaningResource
+    from pipeline_project.resources.layout import PipelineLayout
+
+    layout = PipelineLayout(**{**layout.model_dump(), "fim_code_rate": 0.5, "fim_seed": 1})
+    config = tmp_path / "cleaning.json"
+    config.write_text(json.dumps({"decontamination": {"enabled": True}}))
+    res = {**standin_resources(uid, layout), "cleaning": CleaningResource(workers=1, config_path=str(config))}
+    with gzip.open(resolve_path(HUMANEVAL.path), "rt") as f:
+        problems = [json.loads(line) for line in f][:2]
+    rng = random.Random(5)
+    code = [code_file(rng, i) for i in range(12)]
+    lines = [{"text": src, "path": path} for path, src in code]
+    lines += [
+        {"text": p["prompt"] + p["canonical_solution"], "path": f"src/copied_{i}.py"} for i, p in enumerate(problems)
+    ]
+    client = res["s3"].get_client()
+    body = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    client.put_object(Bucket=layout.bucket, Key=f"{layout.raw_prefix}code/modules.jsonl", Body=body)
+    batch, _ = _new_batch(instance, res)
+    result, meta, _ = _materialize(instance, res, batch)
+    assert result.success
+    t = meta["token_blocks"]
+    assert t["decontaminated"] == 2 and t["decontaminated_humaneval"] == 2
+    assert t["fim_docs"] == t["fim_docs_code"] == t["domains"]["code"]["fim_docs"]
+    assert 0 < t["fim_docs"] < t["domains"]["code"]["docs"]
