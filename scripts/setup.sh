@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the project needs on a fresh machine: the Python venv and the Maven jars.
-# Re-running is cheap: pip and Maven reuse their caches (~/.cache/pip, ~/.m2), but never need them.
+# Re-running is cheap: uv, pip and Maven reuse their caches (~/.cache/uv, ~/.cache/pip, ~/.m2), but never need them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,9 +26,13 @@ if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv with $($PYTHON --version)"
   "$PYTHON" -m venv .venv
 fi
+# Every role ([all]: trainer, dagster, stack, dev) at the versions of requirements.lock (scripts/lock.sh writes it),
+# installed by uv, itself pinned by the lock; a warm run changes nothing and takes seconds.
 echo "==> installing Python dependencies (first run downloads torch, a few GB)"
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet --progress-bar off -e ".[dev]"
+uv_pin=$(grep -m1 '^uv==' requirements.lock)
+[ -x .venv/bin/uv ] && [ "$(.venv/bin/uv --version | cut -d' ' -f2)" = "${uv_pin#uv==}" ] ||
+  .venv/bin/python -m pip install --quiet --progress-bar off "$uv_pin"
+.venv/bin/uv pip install --quiet --python .venv/bin/python -c requirements.lock -e ".[all]"
 
 for component in kafka s3proxy; do
   if [ ! -d "deploy/local/$component/target/jars" ]; then

@@ -19,11 +19,13 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     DAGSTER_HOME=/opt/dagster/dagster_home
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY pipeline_project ./pipeline_project
-# the gpu extra: nvidia-ml-py (pynvml), which MLflow's system metrics read GPU utilization and memory through.
+# The trainer extra only (torch, transformers, MLflow's client, dagster-pipes, nvidia-ml-py for MLflow's GPU metrics),
+# at the locked versions. The compose GPU override, where this image also serves Dagster, sets EXTRAS=trainer,stack.
 # Every path compose or Kubernetes mounts is made here and owned by the runtime user (else Docker creates it as root).
-RUN pip install "./[gpu]" \
+ARG EXTRAS=trainer
+RUN pip install -c requirements.lock "./[${EXTRAS}]" \
     && useradd --create-home --uid 10001 pipeline \
     && mkdir -p /opt/dagster/dagster_home /opt/dagster/dagster_home/storage /opt/dagster/app /scratch \
     && chown -R pipeline /opt/dagster /scratch

@@ -10,13 +10,15 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-# CPU wheels first, so `pip install .` finds torch satisfied and never pulls the CUDA build (~4 GB)
+# CPU wheels first, so the package's install finds torch satisfied and never pulls the CUDA build (~4 GB)
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
-RUN pip install --index-url "${TORCH_INDEX_URL}" "torch>=2.9,<3"
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
+RUN pip install --index-url "${TORCH_INDEX_URL}" -c requirements.lock torch
 COPY pipeline_project ./pipeline_project
-RUN pip install .
+# the Dagster code location, its webserver and daemon, the MLflow server ([stack]), and the trainer for
+# PipesSubprocessClient runs ([trainer]), at the versions of requirements.lock (torch==X matches the CPU build X+cpu)
+RUN pip install -c requirements.lock "./[trainer,stack]"
 
 FROM python:${PYTHON_VERSION}-slim-bookworm
 COPY --from=build /opt/venv /opt/venv
