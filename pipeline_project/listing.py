@@ -162,13 +162,15 @@ class Limits:
     source_seconds: float = 15.0  # reading the sources starts no new one after this long
 
 
-def _fits(taken: list[RawObject], obj: RawObject, limits: Limits) -> bool:
+def fits_batch(taken: list[RawObject], obj: RawObject, limits: Limits) -> bool:
+    """Whether `obj` joins the batch `taken` within the limits."""
     if not taken:
         return True  # one object larger than max_bytes still gets a batch of its own
     return len(taken) < limits.max_objects and sum(o.size for o in taken) + obj.size <= limits.max_bytes
 
 
-def _listed(obj: dict) -> RawObject | None:
+def listed_object(obj: dict) -> RawObject | None:
+    """A listing entry as a `RawObject`; None for a folder marker."""
     return None if obj["Key"].endswith("/") else RawObject.from_listing(obj)
 
 
@@ -215,13 +217,13 @@ def scan_step(client, bucket: str, prefix: str, cursor: TickCursor, limits: Limi
             if cursor.start_after is None or key > cursor.start_after:
                 done = True  # the append listing's part
                 break
-            obj = _listed(item)
+            obj = listed_object(item)
             if (
                 obj is not None
                 and not is_taken(obj, skip)
                 and (low is None or datetime.fromisoformat(obj.last_modified) >= low)
             ):
-                if not _fits(taken, obj, limits):
+                if not fits_batch(taken, obj, limits):
                     full = True
                     break
                 taken.append(obj)
@@ -248,11 +250,11 @@ def append_tick(client, bucket: str, prefix: str, cursor: TickCursor, limits: Li
         page = _page(client, bucket, prefix, start_after, limits)
         full = False
         for item in page.get("Contents", []):
-            obj = _listed(item)
+            obj = listed_object(item)
             if obj is None or is_taken(obj, recent):
                 start_after = item["Key"]
                 continue
-            if not _fits(taken, obj, limits):
+            if not fits_batch(taken, obj, limits):
                 full = True
                 break
             taken.append(obj)

@@ -118,7 +118,7 @@ def _taken(obj, versions) -> bool:
 
 def source_tick(client, bucket: str, prefix: str, cursor, limits, taken: list, clock=time.monotonic):
     """Add the new objects of the sources that sort before `start_after` to `taken`; the cursor after it."""
-    from pipeline_project.listing import _fits, _listed, remember, taken_versions
+    from pipeline_project.listing import fits_batch, listed_object, remember, taken_versions
 
     if limits.source_depth <= 0 or cursor.since is None or cursor.start_after is None:
         return taken, cursor
@@ -141,7 +141,7 @@ def source_tick(client, bucket: str, prefix: str, cursor, limits, taken: list, c
             break
         n = len(taken)
         after, full = _read_source(
-            client, bucket, p, tracked[p][0], cursor, limits, taken, versions, low, _fits, _listed
+            client, bucket, p, tracked[p][0], cursor, limits, taken, versions, low, fits_batch, listed_object
         )
         tracked[p] = (after, now if len(taken) > n or tracked[p][0] is None else tracked[p][1])
         reached.append(p)

@@ -10,6 +10,7 @@ grows as later batches publish copies of it; the attribute written at cleaning t
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Iterable
 
@@ -27,18 +28,21 @@ CREATE INDEX IF NOT EXISTS dedup_copies_target ON dedup_copies (target);
 """
 
 
+_READY: weakref.WeakSet = weakref.WeakSet()  # the indexes whose database holds the table
+
+
 def _ensure(index, cur) -> None:
-    if not getattr(index, "_copies_ready", False):
+    if index not in _READY:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.dedup_schema'))")
         cur.execute(SCHEMA)
-        index._copies_ready = True
+        _READY.add(index)
 
 
 def record(index, attempt: str, copies: Counter) -> None:
     """Record the batch's copies {(target, kind): n} under its (pending) attempt; recording again replaces."""
     from psycopg2.extras import execute_values
 
-    with index._cursor() as cur:
+    with index.cursor() as cur:
         _ensure(index, cur)
         cur.execute("DELETE FROM dedup_copies WHERE attempt = %s", (attempt,))
         rows = [(attempt, target, kind, n) for (target, kind), n in sorted(copies.items())]
@@ -52,7 +56,7 @@ def counts(index, targets: Iterable[str], attempt: str = "", batch_id: str = "")
     out = dict.fromkeys(targets, (0, 0))
     if not targets:
         return out
-    with index._cursor() as cur:
+    with index.cursor() as cur:
         _ensure(index, cur)
         cur.execute(
             "SELECT c.target, c.kind, sum(c.n) FROM dedup_copies c JOIN dedup_attempts a ON a.attempt = c.attempt "
@@ -84,7 +88,7 @@ def batch_copies(
         if dup:
             moved[dup] += 1
     kept = [d for d in kept_ids if d not in late]
-    if index is not None and attempt and hasattr(index, "_cursor"):
+    if index is not None and attempt and hasattr(index, "cursor"):
         record(index, attempt, moved)
         found = counts(index, [f"{batch_id}/{d}" for d in kept], attempt, batch_id)
         return {d: found[f"{batch_id}/{d}"] for d in kept}

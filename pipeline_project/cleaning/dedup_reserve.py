@@ -34,7 +34,7 @@ def rows_of(index, doc_ids, exact_keys, band_keys, signatures):
 def reserve_once(index, batch_id, attempt, doc_ids, exact, bands, sigs, has_sig, near_threshold, by_manifest):
     n = len(doc_ids)
     late: dict[int, str] = {}
-    with index._cursor() as cur:
+    with index.cursor() as cur:
         cur.execute("DELETE FROM dedup_attempts WHERE attempt = %s", (attempt,))
         cur.execute(
             "INSERT INTO dedup_attempts (attempt, batch_id, by_manifest) VALUES (%s, %s, %s)",

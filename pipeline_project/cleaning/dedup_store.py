@@ -116,7 +116,9 @@ class PostgresDedupIndex:
         return self._conn
 
     @contextmanager
-    def _cursor(self):
+    def cursor(self):
+        """A cursor in one transaction: committed on success, rolled back on error; a lost connection is
+        `DedupStoreUnavailableError`."""
         import psycopg2
 
         conn = self._connect()
@@ -166,7 +168,7 @@ class PostgresDedupIndex:
         self.resolve_dead_attempts()
 
     def __len__(self) -> int:
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute(f"SELECT count(*) FROM dedup_docs d {attempts.VISIBLE}")
             return int(cur.fetchone()[0])
 
@@ -177,7 +179,7 @@ class PostgresDedupIndex:
             return out.reshape(np.shape(keys))
         found: dict[int, int] = {}
         started = time.perf_counter()
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             keys_signed = signed(flat)
             for start in range(0, len(keys_signed), _LOOKUP_CHUNK):
                 cur.execute(
@@ -258,14 +260,14 @@ class PostgresDedupIndex:
     def confirm(self, attempt: str) -> None:
         """Raise unless this session still holds the attempt's lock (call it right before the manifest write)."""
         pid = self._held.get(attempt)
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute("SELECT pg_backend_pid()")
             if pid is None or cur.fetchone()[0] != pid:
                 raise AttemptLostError(f"dedup index: the session of attempt {attempt} ended; not publishing it")
 
     def publish(self, attempt: str) -> None:
         """Make the attempt's documents visible to lookups (after its manifest is written)."""
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             if not attempts.publish_rows(cur, attempt):
                 raise AttemptLostError(
                     f"dedup index: attempt {attempt} was judged dead (its PostgreSQL session ended) and its rows "
@@ -278,7 +280,7 @@ class PostgresDedupIndex:
         all (a write whose answer was lost). Best effort: what fails here, the next `begin_batch` resolves."""
         try:
             if self.is_published is None:
-                with self._cursor() as cur:
+                with self.cursor() as cur:
                     attempts.remove_attempt(cur, attempt)
             else:
                 self._resolve(attempt, strict=False)
@@ -288,12 +290,12 @@ class PostgresDedupIndex:
 
     def resolve_dead_attempts(self) -> int:
         """Resolve every pending attempt whose session is gone; returns how many."""
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute("SELECT attempt FROM dedup_attempts WHERE state = 'pending'")
             pending = [row[0] for row in cur.fetchall() if row[0] not in self._held]
         resolved = 0
         for attempt in pending:
-            with self._cursor() as cur:
+            with self.cursor() as cur:
                 cur.execute("SELECT pg_try_advisory_lock(%s)", (attempts.lock_key(attempt),))
                 if not cur.fetchone()[0]:
                     continue  # alive: its own process publishes or abandons it
@@ -307,12 +309,12 @@ class PostgresDedupIndex:
     def _lock(self, attempt: str) -> None:
         if attempt in self._held:
             return
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute("SELECT pg_advisory_lock(%s), pg_backend_pid()", (attempts.lock_key(attempt),))
             self._held[attempt] = cur.fetchone()[1]
 
     def _release(self, attempt: str) -> None:
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(%s)", (attempts.lock_key(attempt),))
 
     def _unlock(self, attempt: str) -> None:
@@ -322,7 +324,7 @@ class PostgresDedupIndex:
     def _await(self, attempt: str) -> None:
         """Wait until `attempt`'s session is gone or has finished with it, then resolve it if it is still pending."""
         try:
-            with self._cursor() as cur:
+            with self.cursor() as cur:
                 cur.execute("SET LOCAL lock_timeout = %s", (f"{int(self.wait_s * 1000)}ms",))
                 cur.execute("SELECT pg_advisory_lock(%s)", (attempts.lock_key(attempt),))
         except DedupStoreUnavailableError as exc:
@@ -336,7 +338,7 @@ class PostgresDedupIndex:
 
     def _resolve(self, attempt: str, strict: bool) -> int:
         """The caller holds the attempt's lock: publish it if its manifest names it, else delete its rows."""
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute("SELECT batch_id, state, by_manifest FROM dedup_attempts WHERE attempt = %s", (attempt,))
             row = cur.fetchone()
         if row is None or row[1] == "published":
@@ -350,7 +352,7 @@ class PostgresDedupIndex:
                 )
             return 0
         published = by_manifest and self.is_published(batch_id, attempt)
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             if published:
                 attempts.publish_rows(cur, attempt)
             else:
@@ -360,7 +362,7 @@ class PostgresDedupIndex:
 
     @property
     def stats(self) -> dict:
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute(
                 "SELECT c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE c.relname = 'dedup_docs' AND n.nspname = %s",

@@ -39,7 +39,7 @@ def _found(url, batch, *keys, is_published=None) -> list[bool]:
 
 def _attempts(url) -> dict[str, str]:
     index = PostgresDedupIndex(url)
-    with index._cursor() as cur:
+    with index.cursor() as cur:
         cur.execute("SELECT attempt, state FROM dedup_attempts")
         rows = dict(cur.fetchall())
     index.close()

@@ -6,7 +6,7 @@ import math
 
 from pipeline_project.cleaning.config import FineWebConfig
 from pipeline_project.cleaning.steps.base import DocFilter, doc_lang, doc_words
-from pipeline_project.cleaning.steps.gopher import _dup_count_chars
+from pipeline_project.cleaning.steps.gopher import dup_count_chars
 from pipeline_project.cleaning.steps.signals import Lazy, Live
 from pipeline_project.cleaning.text import TERMINAL_PUNCTUATION
 
@@ -37,7 +37,7 @@ class FineWebQuality(DocFilter):
         if get("short_line_ratio", lambda: sum(1 for x in lines() if len(x) <= short) / n_lines) > cfg.short_line_thr:
             return "short_line_ratio"
         text = Lazy(lambda: doc.text)
-        dup = lambda: _dup_count_chars(lines())[1] / max(len(text()) - text().count("\n"), 1)  # noqa: E731
+        dup = lambda: dup_count_chars(lines())[1] / max(len(text()) - text().count("\n"), 1)  # noqa: E731
         if get("char_dup_ratio", dup) > cfg.char_duplicates_ratio:
             return "char_dup_ratio"
         words = Lazy(lambda: doc_words(doc))

@@ -89,7 +89,8 @@ def _groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return order[starts], counts, np.sort(order[size_at >= 2])
 
 
-def _dup_count_chars(items: list[str]) -> tuple[int, int]:
+def dup_count_chars(items: list[str]) -> tuple[int, int]:
+    """(items that repeat an earlier one, their characters): Gopher's and FineWeb's duplicate fractions."""
     seen: set[str] = set()
     dups = chars = 0
     for item in items:
@@ -124,12 +125,12 @@ class GopherRepetition(DocFilter):
         chars = get("chars", lambda: len(doc.text))
         if not chars:
             return "empty"
-        paras = Lazy(lambda: (*_dup_count_chars(p := _PARAGRAPHS.split(doc.text.strip())), len(p)))
+        paras = Lazy(lambda: (*dup_count_chars(p := _PARAGRAPHS.split(doc.text.strip())), len(p)))
         if cfg.dup_para_frac and get("dup_para_frac", lambda: paras()[0] / paras()[2]) > cfg.dup_para_frac:
             return "dup_para_frac"
         if cfg.dup_para_char_frac and get("dup_para_char_frac", lambda: paras()[1] / chars) > cfg.dup_para_char_frac:
             return "dup_para_char_frac"
-        lines = Lazy(lambda: (*_dup_count_chars(p := _LINES.split(doc.text)), len(p)))
+        lines = Lazy(lambda: (*dup_count_chars(p := _LINES.split(doc.text)), len(p)))
         if cfg.dup_line_frac and get("dup_line_frac", lambda: lines()[0] / lines()[2]) > cfg.dup_line_frac:
             return "dup_line_frac"
         if cfg.dup_line_char_frac and get("dup_line_char_frac", lambda: lines()[1] / chars) > cfg.dup_line_char_frac:
