@@ -198,7 +198,7 @@ class MinHashConfig(_Step):
 
 class DedupConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    # "batch": only within the batch; "global": also against every earlier batch in the DedupIndex
+    # "batch": only within the batch; "global": also against every earlier batch in the dedup index (PostgreSQL)
     scope: str = Field(default="global", pattern="^(batch|global)$")
     exact: ExactDedupConfig = ExactDedupConfig()
     minhash: MinHashConfig = MinHashConfig()

@@ -15,7 +15,7 @@ from pipeline_project.cleaning.text import split_words
 @dataclass
 class RunContext:
     batch_id: str
-    index: object | None = None  # DedupIndex, typed loosely to keep steps import-light
+    index: object | None = None  # dedup_index.ChainedIndex or LocalIndex, typed loosely to keep steps import-light
     scope: str = "global"
     # per step name, what the step has kept so far in this chunk, shared by every profile's chain: the same text
     # routed to two profiles (a web folder and a books folder) is kept once
