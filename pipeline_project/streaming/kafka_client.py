@@ -65,6 +65,12 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "queued.max.messages.kbytes": 256 << 10,
 }
 
+# An admin client keeps one connection and sends every request over it: to a broker host that was cut off, its
+# metadata and describe requests hung until librdkafka's socket.timeout.ms (60 s) ended the connection, failing
+# ensure_topic's 20-30 s calls. 10 s ends that connection sooner; the next attempt goes to a reachable broker.
+# Admin operations with their own request_timeout (CreateTopics, ListOffsets, ...) are not capped by it.
+ADMIN_DEFAULTS: dict[str, Any] = {"socket.timeout.ms": 10_000}
+
 
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -195,7 +201,7 @@ class KafkaSettings(BaseModel):
         return {**self.common_config(), **CONSUMER_DEFAULTS, "group.id": group, **self.consumer_overrides}
 
     def admin_config(self) -> dict[str, Any]:
-        return self.common_config()
+        return {**self.common_config(), **ADMIN_DEFAULTS}
 
     def _callbacks(self, stats: KafkaStats | None) -> dict[str, Any]:
         cb: dict[str, Any] = {"logger": log, "error_cb": _log_client_error}
