@@ -129,7 +129,10 @@ def save_checkpoint(
         raise CheckpointWriteError(f"save_pretrained wrote no safetensors into {hf_dir}")
     if tokenizer is not None:
         tokenizer.save(hf_dir)
-    write_mlflow_model(hf_dir, tokenizer)  # MLflow's loaders read hf/ in place (`mlflow_model`)
+    try:
+        write_mlflow_model(hf_dir, tokenizer)  # MLflow's loaders read hf/ in place (`mlflow_model`)
+    except ImportError as exc:  # an install without MLflow's model modules: the checkpoint itself is whole
+        log.warning("no MLmodel written into %s (%s): MLflow's loaders cannot read this checkpoint", hf_dir, exc)
     torch.save(asdict(resume), resume_dir / STATE_FILE)
     (resume_dir / DATA_STATE_FILE).write_text(
         json.dumps({"step": resume.step, "data_states": resume.data_states}, indent=2, default=str)

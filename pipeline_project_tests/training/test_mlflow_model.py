@@ -45,6 +45,11 @@ def test_latest_checkpoint_loads_with_mlflow_transformers_and_pyfunc(mlflow_s3_e
     client = MlflowClient(stack.mlflow_tracking_uri)
     version = register_checkpoint(client, lineage, source=ref.hf_uri, run_id=None, tags={"step": "3"})
     assert client.get_model_version(lineage, version).source == ref.hf_uri  # the checkpoint's folder, not a copy
+    hf_keys = [
+        o["Key"]
+        for o in s3.list_objects_v2(Bucket=stack.bucket, Prefix=ref.hf_uri[len(f"s3://{stack.bucket}/") :])["Contents"]
+    ]
+    assert sum(k.endswith(".safetensors") for k in hf_keys) == 1  # one copy of the weights: MLmodel reads them in place
 
     (tmp_path / "dl").mkdir(), (tmp_path / "py").mkdir()
     pipe = mlflow.transformers.load_model(f"models:/{lineage}@{CHECKPOINT_ALIAS}", dst_path=str(tmp_path / "dl"))
