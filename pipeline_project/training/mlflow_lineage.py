@@ -5,8 +5,9 @@
   stopped at (source type `kafka`: bootstrap servers and topic, never a credential); and `cleaned_shards`, one
   row per data partition (batch) with the S3 URI of its shard manifest (source: the shards' S3 prefix).
 - Outputs (`register_checkpoint`): every checkpoint that `latest.json` moved to becomes a version of a
-  registered model whose source is the checkpoint's HF directory in S3 (no copy of the weights). The version's
-  tags are the lineage: `dagster_run_id`, `partitions`, `offsets` (JSON, Kafka partition -> [first, end) read up
+  registered model whose source is the checkpoint's HF directory in S3 (no copy of the weights; its `MLmodel`,
+  written by `mlflow_model`, lets `mlflow.transformers.load_model("models:/<name>@latest-checkpoint")` read
+  it). The version's tags are the lineage: `dagster_run_id`, `partitions`, `offsets` (JSON, Kafka partition -> [first, end) read up
   to this checkpoint), `config_hash`, `step`, `checkpoint_uri`. The alias `CHECKPOINT_ALIAS` moves to it.
   MLflow reserves the alias `latest` (`'latest' alias name (case insensitive) is reserved`, and
   `models:/<name>/latest` already means the highest version), hence `latest-checkpoint`, after `latest.json`.
