@@ -55,7 +55,8 @@ def corpus_counts(domains: dict, dropped_by_reason: dict) -> dict[str, int]:
     "topic, produced transactionally. A ledger record in `<topic>.ledger`, committed in the same transaction, "
     "makes re-materialization produce nothing twice. Documents are packed per domain (cleaning profile): a block "
     "never mixes domains, every message carries a `domain` header, and the metadata counts blocks and tokens per "
-    "domain.",
+    "domain, FIM documents and decontaminated documents. A `spans` header names the documents in every message "
+    "(`pipeline-project trace`).",
 )
 def token_blocks(
     context: dg.AssetExecutionContext,
