@@ -11,9 +11,12 @@ for pods; this class is for the local stack, where the daemon, code server and w
 from __future__ import annotations
 
 import psutil
-from dagster import DagsterEventType
-from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, WorkerStatus
-from dagster._core.storage.dagster_run import DagsterRun
+from dagster import DagsterEventType, DagsterRun, DefaultRunLauncher
+
+# Private, for want of a public home in Dagster 1.13: the result type of `check_run_worker_health`, the hook
+# RunLauncher (public) asks subclasses to implement. pipeline_project_tests/dagster_layer/test_run_launcher_contract.py
+# fails when these names, their fields or the code server's pid event change.
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 
 
 class LocalProcessRunLauncher(DefaultRunLauncher):
