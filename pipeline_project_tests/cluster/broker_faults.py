@@ -317,7 +317,7 @@ def cluster_bench_faults(cluster: Cluster) -> list[dict]:
         d = r.detail
         rows.append({"fault": f"cut broker host ({r.victim}) {CUT_S:.0f} s during {r.kind.rsplit('_', 1)[1]}",
                      "heal_s": d["heal_s_after_cut"], "recovered_s": r.recovery_s, "ok": r.ok,
-                     "first_progress_after_heal_s": d.get("first_batch_after_heal_s"),
+                     "first_batch_after_heal_s": d.get("first_batch_after_heal_s"),  # seconds after the cut
                      "returned_s": d.get("returned_s_after_cut"), "longest_stall_s": d.get("longest_stall_s"),
                      "blocks": r.blocks_claimed, "found": r.blocks_found, "lost": r.lost,
                      "duplicated": r.duplicated})  # fmt: skip
