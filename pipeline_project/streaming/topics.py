@@ -154,8 +154,10 @@ def ensure_topic(
 def _exists(admin: AdminClient, name: str, timeout_s: float) -> bool:
     """Does the topic exist, by metadata any reachable broker serves? Asked before CreateTopics, which librdkafka
     sends to the broker it takes for the controller: one that is unreachable (a cut host) would fail the call for
-    a topic that needs no creating. Each attempt is short (librdkafka may have sent it to the unreachable broker
-    too); no answer by `timeout_s` leaves it to create."""
+    a topic that needs no creating. DescribeTopics, never a metadata request that could auto-create it. Attempts
+    are short: an admin client connected before a cut sends every request over its one connection, to the cut
+    broker, until `socket.timeout.ms` (`kafka_client.ADMIN_DEFAULTS`, 10 s) drops it and the next attempt reaches
+    a live one. No answer by `timeout_s` leaves it to create."""
     deadline = time.monotonic() + timeout_s
     while True:
         budget = attempt_budget(deadline)
