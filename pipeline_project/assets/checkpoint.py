@@ -106,6 +106,7 @@ class TrainingRunConfig(dg.Config):
 
 @dg.asset(
     deps=[token_blocks],
+    code_version="1",  # bump when a change makes this asset write something else for the same input
     group_name="training",
     kinds={"pytorch", "mlflow"},
     pool=TRAINING_POOL,

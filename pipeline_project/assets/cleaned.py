@@ -33,6 +33,7 @@ def refuse_other_content(records, content_hash: str, batch_id: str, topic: str) 
 
 @dg.asset(
     partitions_def=batches,
+    code_version="1",  # bump when a change makes this asset write something else for the same input
     deps=[raw_text],
     group_name="ingest",
     kinds={"s3", "python", "postgres"},

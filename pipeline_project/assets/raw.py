@@ -12,6 +12,7 @@ from pipeline_project.resources.layout import PipelineLayout
 
 @dg.asset(
     partitions_def=batches,
+    code_version="1",  # bump when a change makes this asset write something else for the same input
     group_name="ingest",
     kinds={"s3"},
     retry_policy=NETWORK_RETRY,

@@ -46,6 +46,7 @@ def corpus_counts(domains: dict, dropped_by_reason: dict) -> dict[str, int]:
 
 @dg.asset(
     partitions_def=batches,
+    code_version="1",  # bump when a change makes this asset write something else for the same input
     deps=[cleaned_shards],
     group_name="ingest",
     kinds={"kafka"},

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,6 +33,13 @@ from pipeline_project.settings import AWS_ACCESS_KEY_ENV, AWS_SECRET_KEY_ENV, KA
 
 if TYPE_CHECKING:
     from pipeline_project.training.job import JobConfig
+
+# Dagster's own Pipes clients read this preview property of their message reader on every launch; not our call.
+warnings.filterwarnings(
+    "ignore",
+    message="Function `PipesMessageReader.expected_writer_count` is currently in preview",
+    category=dg.PreviewWarning,
+)
 
 JOB_CONFIG_ENV = "PIPELINE_TRAINER_JOB"
 """The environment variable that carries the `JobConfig` JSON (the entry point's `--config-env`)."""
