@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # The trainer image: pipeline_project on CUDA. PyPI's torch wheels for Linux bundle their CUDA runtime libraries
 # (CUDA 13 for the torch of requirements.lock: see its nvidia-* pins; the host driver must support it); the
-# nvidia/cuda base adds what the NVIDIA container runtime expects (NVIDIA_* variables, compat libraries). Launched as the trainer pod (PipesK8sClient, JobSet) or, on one host, as the compose
-# code server with a GPU reservation (deploy/compose/compose.gpu.yaml). Build from the repository root:
+# nvidia/cuda base adds what the NVIDIA container runtime expects (NVIDIA_* variables, compat libraries).
+# Launched as the trainer pod (PipesK8sClient, JobSet) or, on one host, as the compose code server with a GPU
+# reservation (deploy/compose/compose.gpu.yaml). Build from the repository root:
 #   docker build -f deploy/images/trainer.Dockerfile -t pipeline-trainer:dev .
 ARG CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 
