@@ -9,7 +9,8 @@ Three records make the answer a lookup, not a re-run:
 * the batch's shard manifest: the ordinal is the document's position in the batch's shards, and its shard
   record holds its id (`<raw key>#<line>` for JSON Lines, the key for a whole-file document), the raw key, the
   domain and the cleaning decisions (`meta`: language and score, PII / secrets masked, boilerplate stripped,
-  encoding repairs, JSONL fields).
+  encoding repairs, JSONL fields); the batch's attribute file (`cleaning.attributes`), when it has one, gives the
+  document's quality signals and decision row.
 
 `trace_step` and `trace_message` return plain JSON-able dicts (the CLI prints them). No Dagster here.
 """
@@ -146,6 +147,7 @@ class DocumentCatalog:
     def __init__(self, s3: Any, bucket: str, shards_prefix: str = "shards/"):
         self.s3, self.bucket, self.shards_prefix = s3, bucket, shards_prefix
         self._batches: dict[str, tuple[Any, list[tuple[str, int]], dict[int, dict]]] = {}
+        self._attribute_rows: dict[str, dict[str, dict]] = {}
 
     def _batch(self, batch: str) -> tuple[Any, list[tuple[str, int]], dict[int, dict]]:
         if batch not in self._batches:
@@ -179,7 +181,22 @@ class DocumentCatalog:
             "fields": (rec.get("meta") or {}).get("fields", {}),
             "cleaning_config_hash": manifest.config_hash,
             "text_chars": len(rec.get("text") or ""),
+            "attributes": self._attributes(batch, manifest).get(doc_id),  # None: no attribute file
         }
+
+    def _attributes(self, batch: str, manifest: Any) -> dict[str, dict]:
+        """The batch's attribute rows (quality signals, decision) by document id, read once per batch."""
+        if batch not in self._attribute_rows:
+            rows: dict[str, dict] = {}
+            if getattr(manifest, "attributes", ""):
+                from pipeline_project.cleaning.attributes import read_attributes
+
+                data = self.s3.get_object(Bucket=self.bucket, Key=manifest.attributes)["Body"].read()
+                table, _config = read_attributes(data)
+                for row in table.to_pylist():
+                    rows[row["doc_id"]] = {k: v for k, v in row.items() if v is not None}
+            self._attribute_rows[batch] = rows
+        return self._attribute_rows[batch]
 
     def text(self, batch: str, ordinal: int) -> str:
         self.document(batch, ordinal)
