@@ -4,6 +4,7 @@ re-tokenize (FIM where marked) -> exactly the token blocks the step trained on."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import uuid
@@ -14,7 +15,8 @@ from confluent_kafka import TopicPartition
 from typer.testing import CliRunner
 
 from pipeline_project.cleaning import CleaningConfig, read_object
-from pipeline_project.cleaning.publish import iter_shard_documents, read_shard_manifest
+from pipeline_project.cleaning.attributes import ATTRIBUTES_NAME, AttributeWriter, rows_of, signal_columns
+from pipeline_project.cleaning.publish import iter_shard_documents, write_manifest
 from pipeline_project.demo.sample_domains import code_file
 from pipeline_project.streaming.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
 from pipeline_project.streaming.format import PAD_TOKEN
@@ -54,15 +56,22 @@ def _raw_objects(prefix: str) -> dict[str, bytes]:
 
 
 def _publish(s3, bucket: str, batch: str, shards_prefix: str, objects: dict[str, bytes]):
+    """Cleaned and published as `cleaned_shards` does: shards, exclusions, the attribute file, the manifest."""
     config = CleaningConfig()
     for key, data in objects.items():
         s3.put_object(Bucket=bucket, Key=key, Body=data)
     items = [item for key, data in objects.items() for item in read_object(key, data, config)]
-    result = WholeBatchPipeline(config).run(items, batch, MemoryDedupIndex())
-    publish_batch(s3, bucket, batch_id=batch, shard_dir=f"{shards_prefix}{batch}/",
-                  exclusions_dir=f"{shards_prefix}exclusions/{batch}/", result=result, config=config,
-                  input_keys=sorted(objects))  # fmt: skip
-    return read_shard_manifest(s3, bucket, f"{shards_prefix}{batch}/")
+    pipeline = WholeBatchPipeline(config)
+    result = pipeline.run(items, batch, MemoryDedupIndex())
+    shard_dir = f"{shards_prefix}{batch}/"
+    published = publish_batch(s3, bucket, batch_id=batch, shard_dir=shard_dir,
+                              exclusions_dir=f"{shards_prefix}exclusions/{batch}/", result=result, config=config,
+                              input_keys=sorted(objects))  # fmt: skip
+    writer = AttributeWriter(config, signal_columns(pipeline.chains))
+    writer.add(rows_of(result.kept, result.dropped, result.quarantined))
+    s3.put_object(Bucket=bucket, Key=f"{shard_dir}{ATTRIBUTES_NAME}", Body=writer.finish({}, {}))
+    manifest = dataclasses.replace(published.manifest, attributes=f"{shard_dir}{ATTRIBUTES_NAME}")
+    return write_manifest(s3, bucket, shard_dir, manifest).manifest
 
 
 class Recleaner:
@@ -143,6 +152,7 @@ def test_trace_a_trained_step_back_to_its_raw_objects(stack, tmp_path, deepseek_
             assert doc["batch"] == batch and doc["shard"].startswith(f"s3://{bucket}/{shards_prefix}{batch}/")
             assert doc["object"].startswith(f"s3://{bucket}/test-prov-{run}/raw/") and doc["domain"]
             assert (doc["line"] is None) == doc["object"].endswith(".txt")
+            assert doc["attributes"]["decision"] == "kept" and doc["attributes"]["doc_id"] == doc["id"]
     assert len(checkpoints) == 2
     expected = trace_step(kafka, s3, bucket, 1, 0, checkpoint_prefix=prefix, shards_prefix=shards_prefix)
     _check_cli(stack, prefix, shards_prefix, expected)
