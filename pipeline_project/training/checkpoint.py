@@ -6,6 +6,8 @@ Layout, locally under one directory and in S3 under `checkpoints/<run_name>/step
               components/tokenizer/: an MLflow model in place (`mlflow_model`)
     resume/   state.pt (optimizer, step, tokens, RNG, data-loader states of all ranks)
               data_state.json (the same loader states, readable: per-partition Kafka offsets)
+    provenance/ steps.json (the blocks every rank read at each step since the checkpoint before it, written
+              by the trainer: `step_log`; read by `pipeline-project trace`)
 
 `<id>` is fresh for every upload, so two invocations that train to the same step never write into the
 same prefix. `checkpoints/<run_name>/latest.json` points at the newest complete step. It is written last,
