@@ -118,7 +118,19 @@ def ensure_topic(
     if created:
         _wait_for_offsets(admin, name, actual_partitions, timeout_s)
     actual_cfg = _describe_topic_config(admin, name, timeout_s)
+    diffs = _layout_diffs(name, (partitions, replication_factor), (actual_partitions, actual_rf), wanted, actual_cfg)
+    diffs += config_mismatches(wanted, actual_cfg, message_bytes)
+    if diffs:
+        hint = _fix_hint(name, wanted, diffs, message_bytes)
+        raise TopicLayoutMismatchError(f"topic {name!r} exists with a different layout: " + "; ".join(diffs) + hint)
+    return TopicLayout(name, actual_partitions, actual_rf, {k: actual_cfg[k] for k in wanted}, created)
 
+
+def _layout_diffs(
+    name: str, configured: tuple[int, int], actual: tuple[int, int], wanted: dict[str, str], actual_cfg: dict[str, str]
+) -> list[str]:
+    """Partition and replication mismatches of (partitions, replication factor); a longer retention is logged."""
+    (partitions, replication_factor), (actual_partitions, actual_rf) = configured, actual
     diffs = []
     if not partitions_ok(actual_partitions, partitions):
         diffs.append(f"partitions expected at least {partitions}, actual {actual_partitions}")
@@ -127,28 +139,29 @@ def ensure_topic(
     if actual_rf != replication_factor:
         diffs.append(f"replication_factor expected {replication_factor}, actual {actual_rf}")
     for key in RETENTION_KEYS:
-        actual, value = actual_cfg.get(key), wanted.get(key)
-        if value is not None and actual is not None and actual != value and not _shorter(int(actual), int(value)):
-            log.warning("topic %r keeps data longer than asked: %s is %s, asked %s", name, key, actual, value)
-    diffs += config_mismatches(wanted, actual_cfg, message_bytes)
-    if diffs:
-        fix = ""
-        # every config, unlike partitions and replication, can be changed in place
-        alter = [f"{k}={v}" for k, v in wanted.items() if any(d.startswith(f"{k} ") for d in diffs)]
-        if any(d.startswith(f"{MESSAGE_BYTES_KEY} ") for d in diffs):
-            alter.append(f"{MESSAGE_BYTES_KEY}={message_bytes_needed(message_bytes or 0)}")
-        if alter:
-            why = (
-                "a shorter retention deletes blocks before every trainer has read them; "
-                if any(d.startswith(RETENTION_KEYS) for d in diffs)
-                else ""
-            )
-            fix = (
-                f" ({why}fix it in place with kafka-configs --alter --entity-type topics --entity-name {name} "
-                f"--add-config {','.join(alter)})"
-            )
-        raise TopicLayoutMismatchError(f"topic {name!r} exists with a different layout: " + "; ".join(diffs) + fix)
-    return TopicLayout(name, actual_partitions, actual_rf, {k: actual_cfg[k] for k in wanted}, created)
+        have, value = actual_cfg.get(key), wanted.get(key)
+        if value is not None and have is not None and have != value and not _shorter(int(have), int(value)):
+            log.warning("topic %r keeps data longer than asked: %s is %s, asked %s", name, key, have, value)
+    return diffs
+
+
+def _fix_hint(name: str, wanted: dict[str, str], diffs: list[str], message_bytes: int | None) -> str:
+    """The kafka-configs command that fixes the config mismatches in place ("" when none is a config)."""
+    # every config, unlike partitions and replication, can be changed in place
+    alter = [f"{k}={v}" for k, v in wanted.items() if any(d.startswith(f"{k} ") for d in diffs)]
+    if any(d.startswith(f"{MESSAGE_BYTES_KEY} ") for d in diffs):
+        alter.append(f"{MESSAGE_BYTES_KEY}={message_bytes_needed(message_bytes or 0)}")
+    if not alter:
+        return ""
+    why = (
+        "a shorter retention deletes blocks before every trainer has read them; "
+        if any(d.startswith(RETENTION_KEYS) for d in diffs)
+        else ""
+    )
+    return (
+        f" ({why}fix it in place with kafka-configs --alter --entity-type topics --entity-name {name} "
+        f"--add-config {','.join(alter)})"
+    )
 
 
 def _exists(admin: AdminClient, name: str, timeout_s: float) -> bool:
