@@ -288,56 +288,78 @@ def read_ledger_records(
         ledger_id = ""
         if index is not None and wanted is not None:
             ledger_id = topic_id(admin, name, timeout_s)
-            try:
-                positions, cached = index.snapshot(ledger_id, wanted)
-            except LedgerIndexUnavailableError as exc:
-                log.warning("%s; reading ledger %s from the start", exc, name)
-                index = None
-            else:
-                for key, value in cached.items():
-                    _apply(records, key, value)
+            index, positions = _index_snapshot(index, ledger_id, wanted, records, name)
         starts = {p: positions.get(p, 0) for p in parts}
         ends = _high_watermarks(admin, name, parts, max(timeout_s, WATERMARK_TIMEOUT_S))
         # below the log start (records deleted): librdkafka resets to the earliest offset
         consumer.assign([TopicPartition(name, p, starts[p] or OFFSET_BEGINNING) for p in parts])
-        pending = {p for p in parts if ends[p] > starts[p]}
-        changes: Changes = {}
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise ReadTimeoutError(
-                    f"reading ledger {name} did not reach its high watermark {ends} within {timeout_s:g}s "
-                    "(an open transaction holds the last stable offset back?)"
-                )
-            # consume() waits its whole timeout unless it fills num_messages: a short one keeps a small read fast
-            for msg in consumer.consume(num_messages=1000, timeout=0.05):
-                err = msg.error()
-                p = msg.partition()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if msg.offset() >= ends.get(p, 0):
-                            pending.discard(p)
-                        continue
-                    if is_transient(err):
-                        continue  # librdkafka retries on its own; the deadline bounds the wait
-                    raise KafkaException(err)
-                if msg.offset() + 1 >= ends.get(p, 0):
-                    pending.discard(p)
-                records.read += 1
-                key = (msg.key() or b"").decode()
-                if index is not None:
-                    changes[key] = (p, msg.offset(), msg.value())
-                if wanted is None or key in wanted:
-                    _apply(records, key, msg.value())
+        reader = _LedgerReader(records, wanted, ends, keep_changes=index is not None)
+        reader.read(consumer, {p for p in parts if ends[p] > starts[p]}, name, timeout_s)
         if index is not None:
             try:
-                index.update(ledger_id, changes, {p: max(starts[p], ends[p]) for p in parts})
+                index.update(ledger_id, reader.changes, {p: max(starts[p], ends[p]) for p in parts})
             except LedgerIndexUnavailableError as exc:
                 log.warning("%s; the ledger index stays at its previous offsets", exc)
         records.drop_retired()
         return records
     finally:
         consumer.close()
+
+
+def _index_snapshot(
+    index: LedgerIndex, ledger_id: str, wanted: set[str], records: LedgerRecords, name: str
+) -> tuple[LedgerIndex | None, dict[int, int]]:
+    """The index's offsets and its records of `wanted` (applied to `records`); (None, {}) when it is unreachable."""
+    try:
+        positions, cached = index.snapshot(ledger_id, wanted)
+    except LedgerIndexUnavailableError as exc:
+        log.warning("%s; reading ledger %s from the start", exc, name)
+        return None, {}
+    for key, value in cached.items():
+        _apply(records, key, value)
+    return index, positions
+
+
+class _LedgerReader:
+    """Consumes the assigned ledger partitions up to `ends` into `records` (and `changes`, for the index)."""
+
+    def __init__(
+        self, records: LedgerRecords, wanted: set[str] | None, ends: dict[int, int], *, keep_changes: bool
+    ) -> None:
+        self.records, self.wanted, self.ends, self.keep_changes = records, wanted, ends, keep_changes
+        self.changes: Changes = {}
+
+    def read(self, consumer: Any, pending: set[int], name: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise ReadTimeoutError(
+                    f"reading ledger {name} did not reach its high watermark {self.ends} within {timeout_s:g}s "
+                    "(an open transaction holds the last stable offset back?)"
+                )
+            # consume() waits its whole timeout unless it fills num_messages: a short one keeps a small read fast
+            for msg in consumer.consume(num_messages=1000, timeout=0.05):
+                self._take(msg, pending)
+
+    def _take(self, msg: Any, pending: set[int]) -> None:
+        err = msg.error()
+        p = msg.partition()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                if msg.offset() >= self.ends.get(p, 0):
+                    pending.discard(p)
+                return
+            if is_transient(err):
+                return  # librdkafka retries on its own; the deadline bounds the wait
+            raise KafkaException(err)
+        if msg.offset() + 1 >= self.ends.get(p, 0):
+            pending.discard(p)
+        self.records.read += 1
+        key = (msg.key() or b"").decode()
+        if self.keep_changes:
+            self.changes[key] = (p, msg.offset(), msg.value())
+        if self.wanted is None or key in self.wanted:
+            _apply(self.records, key, msg.value())
 
 
 def _apply(records: LedgerRecords, key: str, value: bytes | None) -> None:
