@@ -170,86 +170,95 @@ class BatchAssembler:
     def take(self, s: Stream, acc: Pending, want: int) -> int | None:
         """Copy up to `want` blocks of `s`'s next message into `acc`; the blocks copied (>= 1), 0 when the stream
         ended (bounded: no live partition left; streaming: `idle_timeout_s` without data), None when stopped."""
-        ends = self.end_offsets
-        streaming = ends is None
-        cursors, live = s.cursors, s.live
         while True:
             if self.stop.is_set():
                 return None
-            if s.current is None:
-                if streaming:
-                    ready = self._wait_ready(live, s.readers)
-                    if ready is None:
-                        return 0
-                    s.current = s.il.next_partition(ready)
-                else:
-                    s.current = s.il.next_partition(live)
-                    if s.current is None:
-                        return 0
+            if s.current is None and not self._next_partition(s):
+                return 0
             p = s.current
             reader = s.reader_of[p]
             buf = reader.buffers[p]
             if not buf and not self._wait_for(reader, p):
                 return 0  # streaming mode only: idle timeout
             head = buf[0]
-            c = cursors[p]
             if head.error is not None:
                 buf.popleft()
-                if isinstance(head.error, MalformedMessageError):
-                    acc.letters.append(self._dead_letter(head))
-                    if acc.budget is not None and len(acc.letters) > acc.budget:
-                        raise DeadLetterLimitError(
-                            f"more than {acc.budget} malformed messages in {self.topic} (max_dead_letters);"
-                            f" the last: {head.error}"
-                        ) from head.error
-                    after = head.offset + 1
-                elif isinstance(head.error, DataLossError) and self.allow_data_loss:
-                    acc.skipped.append(SkippedRange(p, c.offset, head.offset))
-                    after = head.offset
-                else:
-                    raise head.error
-                cursors[p] = Cursor(after)
-                s.current = None
-                if ends is not None and after >= ends[p]:
-                    live.discard(p)
-                reader.drained(p)
-                continue
-            if head.blocks is None:  # position marker: end of partition / transaction markers / another domain
+                self._skip_error(s, acc, p, head)
+            elif head.blocks is None:  # position marker: end of partition / transaction markers / another domain
                 buf.popleft()
-                if head.offset > c.offset:
-                    cursors[p] = Cursor(head.offset)
-                if ends is not None and cursors[p].offset >= ends[p]:
-                    live.discard(p)
-                    s.current = None
-                elif streaming:
-                    s.current = None
-                reader.drained(p)
-                continue
-            if head.offset < c.offset:  # before the resume point (cannot happen after a seek)
+                self._pass_marker(s, p, head.offset)
+            elif head.offset < s.cursors[p].offset:  # before the resume point (cannot happen after a seek)
                 buf.popleft()
-                continue
-            first = max(c.block if head.offset == c.offset else 0, head.first)  # head.first: stripes.Skips
-            n = head.blocks.shape[0]
-            take = min(n - first, want)
-            seg = acc.arr[acc.fill : acc.fill + take]
-            seg[:] = head.blocks[first : first + take]
-            if head.pad_tokens:
-                mask = seg == PAD_TOKEN
-                acc.pad += int(np.count_nonzero(mask))
-                seg[mask] = -1
-            if acc.trace is not None:
-                acc.trace.extend((p, head.offset, b) for b in range(first, first + take))
-            acc.fill += take
-            if first + take == n:
-                buf.popleft()
-                cursors[p] = Cursor(head.offset + 1)
-                s.current = None
-                if ends is not None and head.offset + 1 >= ends[p]:
-                    live.discard(p)
-                reader.drained(p)
             else:
-                cursors[p] = Cursor(head.offset, first + take)
-            return take
+                return self._copy(s, acc, p, head, want)
+
+    def _next_partition(self, s: Stream) -> bool:
+        """Set `s.current` to the interleave's next partition; False when the stream ended."""
+        if self.end_offsets is not None:
+            s.current = s.il.next_partition(s.live)
+            return s.current is not None
+        ready = self._wait_ready(s.live, s.readers)
+        if ready is None:
+            return False
+        s.current = s.il.next_partition(ready)
+        return True
+
+    def _skip_error(self, s: Stream, acc: Pending, p: int, head: BufferEntry) -> None:
+        """A malformed message becomes a dead letter, deleted records (allow_data_loss) a skipped range; else raise."""
+        if isinstance(head.error, MalformedMessageError):
+            acc.letters.append(self._dead_letter(head))
+            if acc.budget is not None and len(acc.letters) > acc.budget:
+                raise DeadLetterLimitError(
+                    f"more than {acc.budget} malformed messages in {self.topic} (max_dead_letters);"
+                    f" the last: {head.error}"
+                ) from head.error
+            after = head.offset + 1
+        elif isinstance(head.error, DataLossError) and self.allow_data_loss:
+            acc.skipped.append(SkippedRange(p, s.cursors[p].offset, head.offset))
+            after = head.offset
+        else:
+            raise head.error
+        self._finish_message(s, p, after)
+
+    def _pass_marker(self, s: Stream, p: int, offset: int) -> None:
+        if offset > s.cursors[p].offset:
+            s.cursors[p] = Cursor(offset)
+        if self.end_offsets is not None and s.cursors[p].offset >= self.end_offsets[p]:
+            s.live.discard(p)
+            s.current = None
+        elif self.end_offsets is None:
+            s.current = None
+        s.reader_of[p].drained(p)
+
+    def _copy(self, s: Stream, acc: Pending, p: int, head: BufferEntry, want: int) -> int:
+        """Copy up to `want` of `head`'s blocks from the cursor on into `acc` (padding as -1); the blocks copied."""
+        c = s.cursors[p]
+        first = max(c.block if head.offset == c.offset else 0, head.first)  # head.first: stripes.Skips
+        n = head.blocks.shape[0]
+        take = min(n - first, want)
+        seg = acc.arr[acc.fill : acc.fill + take]
+        seg[:] = head.blocks[first : first + take]
+        if head.pad_tokens:
+            mask = seg == PAD_TOKEN
+            acc.pad += int(np.count_nonzero(mask))
+            seg[mask] = -1
+        if acc.trace is not None:
+            acc.trace.extend((p, head.offset, b) for b in range(first, first + take))
+        acc.fill += take
+        if first + take == n:
+            s.reader_of[p].buffers[p].popleft()
+            self._finish_message(s, p, head.offset + 1)
+        else:
+            s.cursors[p] = Cursor(head.offset, first + take)
+        return take
+
+    def _finish_message(self, s: Stream, p: int, after: int) -> None:
+        """Partition p's cursor moves to `after`, the next message drawn; p ends at its end offset (bounded)."""
+        s.cursors[p] = Cursor(after)
+        s.current = None
+        if self.end_offsets is not None and after >= self.end_offsets[p]:
+            s.live.discard(p)
+        s.reader_of[p].drained(p)
 
     def _end(
         self,
