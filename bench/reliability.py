@@ -95,43 +95,7 @@ def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[d
             healthy(stack)
         load_before = os.getloadavg()[0]
         try:
-            if kind == "producer":
-                delay, victim, bounded = PRODUCER[i % len(PRODUCER)]
-                r = trials.broker_kill_while_producing(stack, delay_s=delay, victim=victim, bounded=bounded)
-            elif kind == "loader":
-                if "seeded" not in state:
-                    state["seeded"] = trials.seed_loader_topic(stack, n_blocks=3000)
-                r = trials.broker_kill_while_consuming(stack, state["seeded"], delay_s=LOADER[i % len(LOADER)])
-            elif kind == "process":
-                delay, bounded = PROCESS[i % len(PROCESS)]
-                r = trials.producer_process_kill(stack, delay_s=delay, bounded=bounded)
-            elif kind == "trainer":
-                r = training_trials.trainer_kill(stack, work, delay_s=TRAINER[i % len(TRAINER)])
-            elif kind == "s3":
-                if "reference" not in state:
-                    state["reference"] = outages.reference_cleaning(stack, 11)
-                kill_after, outage = S3[i % len(S3)]
-                r = outages.s3_outage_during_cleaning(
-                    stack, state["reference"], seed=11, kill_after_s=kill_after, outage_s=outage
-                )
-            elif kind == "mlflow":
-                r = outages.mlflow_down_during_training(stack, work, when=MLFLOW[i % len(MLFLOW)])
-            elif kind == "dedup":
-                database = outages.fresh_database(stack, f"dedup_kill_{i}_{int(time.time())}")
-                r = dedup_trials.index_commit_kill(stack.settings(), database, kill_at=DEDUP[i % len(DEDUP)])
-            elif kind == "overwrite":
-                from pipeline_project_tests.reliability.overwrite_trials import overwrite_after_take
-
-                r = overwrite_after_take(stack, delay_s=OVERWRITE[i % len(OVERWRITE)], seed=i)
-            elif kind == "latest_json":
-                r = latest_json_trial(stack, i, work)
-            elif kind in broker_faults.KINDS:
-                r = broker_faults.bench_trial(kind, i, state)
-            elif kind in CLUSTER_KINDS:
-                r = pg_faults.bench_trial(kind, i, state)
-            else:
-                r = dagster_trial(stack, i, state)
-            row = r.to_dict()
+            row = run_trial(kind, stack, i, work, state).to_dict()
         except Exception as exc:  # noqa: BLE001 - a trial that could not run is a row too, not a crash
             row = {"kind": kind, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:500],
                    "traceback": traceback.format_exc()[-2000:]}  # fmt: skip
@@ -140,6 +104,78 @@ def run_kind(kind: str, stack: Stack, n: int, work: Path, state: dict) -> list[d
         print(f"  {kind} #{i + 1}: {'ok' if row.get('ok') else 'NOT OK'} "
               f"lost={row.get('lost')} duplicated={row.get('duplicated')} {row.get('error', '')[:120]}", flush=True)  # fmt: skip
     return rows
+
+
+def run_trial(kind: str, stack: Stack, i: int, work: Path, state: dict):
+    """Trial `i` of `kind` (its timings cycle through the kind's list); `state` carries what trials share."""
+    if kind in _TRIALS:
+        return _TRIALS[kind](stack, i, work, state)
+    if kind in broker_faults.KINDS:
+        return broker_faults.bench_trial(kind, i, state)
+    if kind in CLUSTER_KINDS:
+        return pg_faults.bench_trial(kind, i, state)
+    return dagster_trial(stack, i, state)
+
+
+def _producer_trial(stack: Stack, i: int, work: Path, state: dict):
+    delay, victim, bounded = PRODUCER[i % len(PRODUCER)]
+    return trials.broker_kill_while_producing(stack, delay_s=delay, victim=victim, bounded=bounded)
+
+
+def _loader_trial(stack: Stack, i: int, work: Path, state: dict):
+    if "seeded" not in state:
+        state["seeded"] = trials.seed_loader_topic(stack, n_blocks=3000)
+    return trials.broker_kill_while_consuming(stack, state["seeded"], delay_s=LOADER[i % len(LOADER)])
+
+
+def _process_trial(stack: Stack, i: int, work: Path, state: dict):
+    delay, bounded = PROCESS[i % len(PROCESS)]
+    return trials.producer_process_kill(stack, delay_s=delay, bounded=bounded)
+
+
+def _trainer_trial(stack: Stack, i: int, work: Path, state: dict):
+    return training_trials.trainer_kill(stack, work, delay_s=TRAINER[i % len(TRAINER)])
+
+
+def _s3_trial(stack: Stack, i: int, work: Path, state: dict):
+    if "reference" not in state:
+        state["reference"] = outages.reference_cleaning(stack, 11)
+    kill_after, outage = S3[i % len(S3)]
+    return outages.s3_outage_during_cleaning(
+        stack, state["reference"], seed=11, kill_after_s=kill_after, outage_s=outage
+    )
+
+
+def _mlflow_trial(stack: Stack, i: int, work: Path, state: dict):
+    return outages.mlflow_down_during_training(stack, work, when=MLFLOW[i % len(MLFLOW)])
+
+
+def _dedup_trial(stack: Stack, i: int, work: Path, state: dict):
+    database = outages.fresh_database(stack, f"dedup_kill_{i}_{int(time.time())}")
+    return dedup_trials.index_commit_kill(stack.settings(), database, kill_at=DEDUP[i % len(DEDUP)])
+
+
+def _overwrite_trial(stack: Stack, i: int, work: Path, state: dict):
+    from pipeline_project_tests.reliability.overwrite_trials import overwrite_after_take
+
+    return overwrite_after_take(stack, delay_s=OVERWRITE[i % len(OVERWRITE)], seed=i)
+
+
+def _latest_json_trial(stack: Stack, i: int, work: Path, state: dict):
+    return latest_json_trial(stack, i, work)
+
+
+_TRIALS = {
+    "producer": _producer_trial,
+    "loader": _loader_trial,
+    "process": _process_trial,
+    "trainer": _trainer_trial,
+    "s3": _s3_trial,
+    "mlflow": _mlflow_trial,
+    "dedup": _dedup_trial,
+    "overwrite": _overwrite_trial,
+    "latest_json": _latest_json_trial,
+}
 
 
 def latest_json_trial(stack: Stack, i: int, work: Path):
@@ -249,6 +285,24 @@ def run_all(stack: Stack, kinds: list[str], args, root: Path, rows: list[dict], 
         shutil.rmtree(root, ignore_errors=True)
 
 
+def print_report(result: dict, summary: dict, trial_rows: list[dict], bad: list[dict], out: Path) -> None:
+    """The trials' table, the bad-input classes' table and the one-line summary (`summary`: this run's)."""
+    print()
+    print(table(trial_rows))
+    if bad:
+        print()
+        print("| bad-input class | expected | got | match |")
+        print("|---|---|---|---|")
+        for b in bad:
+            got = ", ".join(f"{k} {v}" for k, v in sorted(b["got"].items()))
+            print(f"| {b['class']} | {b['expected']} | {got} | {'yes' if b['match'] else 'NO'} |")
+    la = result["load_avg"]
+    print(f"\n{summary['ok']}/{summary['trials']} trials ok, {summary['lost']} lost, {summary['duplicated']} duplicated; "
+          f"bad input {summary['bad_input_matching']}/{summary['bad_input_classes']} classes as expected; "
+          f"load average {la['start'][0]} -> {la['end'][0]} (1 min), {os.cpu_count()} CPUs; {result['wall_s']:.0f}s; "
+          f"-> {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2, help="trials of each kind (default 2)")
@@ -295,20 +349,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, default=str))
 
-    print()
-    print(table(trial_rows))
-    if bad:
-        print()
-        print("| bad-input class | expected | got | match |")
-        print("|---|---|---|---|")
-        for b in bad:
-            got = ", ".join(f"{k} {v}" for k, v in sorted(b["got"].items()))
-            print(f"| {b['class']} | {b['expected']} | {got} | {'yes' if b['match'] else 'NO'} |")
-    la = result["load_avg"]
-    print(f"\n{summary['ok']}/{summary['trials']} trials ok, {summary['lost']} lost, {summary['duplicated']} duplicated; "
-          f"bad input {summary['bad_input_matching']}/{summary['bad_input_classes']} classes as expected; "
-          f"load average {la['start'][0]} -> {la['end'][0]} (1 min), {os.cpu_count()} CPUs; {result['wall_s']:.0f}s; "
-          f"-> {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}")  # fmt: skip
+    print_report(result, summary, trial_rows, bad, args.out)
     return 0 if summary["lost"] == 0 and summary["duplicated"] == 0 else 1
 
 
