@@ -9,9 +9,11 @@ this test until the YAML follows.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from types import SimpleNamespace
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.streaming import ledger, topics
@@ -30,7 +32,16 @@ def _record_new_topic(name, num_partitions, replication_factor, config=None, **_
     raise _Created(name, num_partitions, replication_factor, config or {})
 
 
-class _DataTopicMetadata:
+class _NoTopicYet:
+    """An AdminClient for which the topic does not exist yet, so ensure_topic goes on to create it."""
+
+    def describe_topics(self, collection, request_timeout=None):
+        future = Future()
+        future.set_exception(KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)))
+        return {name: future for name in collection.topic_names}
+
+
+class _DataTopicMetadata(_NoTopicYet):
     """Just enough AdminClient for `ensure_ledger_topic` to read the data topic's replication factor."""
 
     def __init__(self, topic: str, partitions: int, replicas: int):
@@ -48,7 +59,7 @@ def _demanded(monkeypatch) -> dict[str, dict]:
     with pytest.raises(_Created) as created:
         # the token_blocks asset's call (assets/token_blocks.py), through KafkaResource.ensure_topic
         topics.ensure_topic(
-            None,
+            _NoTopicYet(),
             layout.topic,
             partitions=layout.topic_partitions,
             replication_factor=layout.replication_factor,
