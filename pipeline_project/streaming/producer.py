@@ -37,11 +37,12 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import xxhash
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline_project.streaming.batch_records import BatchRecords, TokenizerIdentity
 from pipeline_project.streaming.errors import LedgerConflictError
 from pipeline_project.streaming.fim import FimPolicy
 from pipeline_project.streaming.format import DEFAULT_MESSAGE_BYTES, TOKEN_BYTES, max_blocks_per_message
@@ -53,7 +54,6 @@ from pipeline_project.streaming.ledger import (
     ProduceReport,
     ProgressRecord,
     ensure_ledger_topic,
-    fingerprint_of,
     ledger_topic,
     read_ledger_records,
 )
@@ -103,11 +103,6 @@ class ProducerConfig(BaseModel):
     spans: bool = True  # a `spans` header per message: which documents its tokens came from (`spans`)
 
 
-class TokenizerIdentity(Protocol):
-    name: str
-    hash: str
-
-
 def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -> str:
     """Stable per batch across retries (fences an earlier attempt's zombie), distinct per batch (`client_policy`)."""
     return f"{settings.transactional_id_prefix}.{topic}.{ledger_key}"
@@ -146,120 +141,167 @@ def produce_blocks(
     txid = transactional_id or transactional_id_for(settings, topic, ledger_key)
     started = time.perf_counter()
     items = iter(blocks_iter)
-    # Kafka setup (topics, init_transactions, the ledger read) runs in a thread while the input is read and
-    # tokenized ahead, up to one transaction's worth; that work is dropped when the ledger holds the batch. On
-    # any failure the setup is waited for: a setup left running could fence the retry's producer.
+    conn, ahead, ahead_s = _setup(settings, topic, txid, config, ledger_key, ledger_index, items)
+    retired = [r for r in conn.records.retired.get(ledger_key, []) if r.topic_id == conn.topic_id]
+    batch = BatchRecords(topic, ledger_key, content_hash, tokenizer, seq_len, source, txid, conn.topic_id,
+                         packing_hash, retired, _packer, started)  # fmt: skip
+    existing = _completed(batch, conn.records.completed.get(ledger_key), items, conn.admin, config)
+    if existing is not None:
+        return existing
+    progress = conn.records.progress.get(ledger_key)
+    hasher = StreamHasher()
+    per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
+    stream = _resume(batch, rechunk(itertools.chain(ahead, items), per_message), progress, hasher, _spans)
+    per_chunk = max(1, config.transaction_max_bytes // (per_message * seq_len * TOKEN_BYTES))
+    txs = _transactions(batch, conn, progress, config)
+    encoder = MessageEncoder(tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source,
+                             seq_len=seq_len, hasher=hasher, spans=_spans)  # fmt: skip
+    setup_s = time.perf_counter() - started - ahead_s  # the part of the setup that tokenizing did not hide
+    loop_started = time.perf_counter()
+    tx_s = _write_batch(batch, txs, stage_chunks(stream, per_chunk, encoder), hasher)
+    stage = _stage_seconds(setup_s, time.perf_counter() - loop_started + ahead_s, tx_s, _stage_timer)
+    report = batch.completion(txs.totals, hasher.hexdigest())
+    _publish(report, conn, txs, config, stage, started)
+    return report
+
+
+def _setup(
+    settings: KafkaSettings,
+    topic: str,
+    txid: str,
+    config: ProducerConfig,
+    ledger_key: str,
+    ledger_index: LedgerIndex | None,
+    items: Iterator[StreamItem],
+) -> tuple[_Connection, list[StreamItem], float]:
+    """The connection, and the items read ahead meanwhile with the seconds that took.
+
+    Kafka setup (topics, init_transactions, the ledger read) runs in a thread while the input is read and
+    tokenized ahead, up to one transaction's worth; that work is dropped when the ledger holds the batch. On
+    any failure the setup is waited for: a setup left running could fence the retry's producer."""
     with ThreadPoolExecutor(1, thread_name_prefix="produce-setup") as pool:
         pending = pool.submit(_connect, settings, topic, txid, config, ledger_key, ledger_index)
         try:
             t0 = time.perf_counter()
             ahead = read_while(items, lambda: not pending.done(), config.transaction_max_bytes)
             ahead_s = time.perf_counter() - t0
-            conn = pending.result()
+            return pending.result(), ahead, ahead_s
         except BaseException:
             _close_input(items)
             raise
-    admin, producer, current_id, records = conn.admin, conn.producer, conn.topic_id, conn.records
-    fingerprint = fingerprint_of(content_hash, tokenizer.hash, seq_len, packing_hash)
-    where = f"ledger {ledger_topic(topic)} key {ledger_key!r}"
-    retired = [r for r in records.retired.get(ledger_key, []) if r.topic_id == current_id]
-    existing = records.completed.get(ledger_key)
-    if existing is not None or retired:
-        try:
-            check_not_retired(retired, content_hash, where)
-        except LedgerConflictError:
-            _close_input(items)
-            raise
-    if existing is not None:
-        _close_input(items)
-        check_record(existing, fingerprint, current_id, where, "records")
-        wait_until_visible(admin, _last_offsets(topic, existing.offsets), config.visibility_timeout_s)
-        existing.reused = True
-        existing.seconds = time.perf_counter() - started
-        log.info("%s already holds this batch: producing nothing", where)
-        return existing
-    progress = records.progress.get(ledger_key)
-    hasher = StreamHasher()
-    per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
-    stream: Iterable[StreamItem] = rechunk(itertools.chain(ahead, items), per_message)  # per domain when tagged
-    if progress is not None:
-        check_record(progress, fingerprint, current_id, where, "has a partly produced batch of")
-        check_same_writer(progress, txid, where)
-        log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
-                 progress.blocks, progress.transactions)  # fmt: skip
-        # the committed prefix ends on a message boundary: skipping whole messages keeps the uninterrupted cut
-        stream = skip_blocks(stream, progress.blocks, expected_hash=progress.stream_hash, hasher=hasher,
-                             where=where, on_skip=_spans.skip if _spans else None)  # fmt: skip
 
-    per_chunk = max(1, config.transaction_max_bytes // (per_message * seq_len * TOKEN_BYTES))
-    txs = BatchTransactions(
-        producer, txid=txid, topic=topic, ledger_key=ledger_key, partitions=conn.partitions,
-        start=xxhash.xxh64_intdigest(ledger_key.encode()) % len(conn.partitions),
+
+def _completed(
+    batch: BatchRecords,
+    existing: ProduceReport | None,
+    items: Iterator[StreamItem],
+    admin: Any,
+    config: ProducerConfig,
+) -> ProduceReport | None:
+    """The ledger's completion record of this batch (reused, nothing produced); None when there is none."""
+    if existing is None and not batch.retired:
+        return None
+    where = batch.where
+    try:
+        check_not_retired(batch.retired, batch.content_hash, where)
+    except LedgerConflictError:
+        _close_input(items)
+        raise
+    if existing is None:
+        return None
+    _close_input(items)
+    check_record(existing, batch.fingerprint, batch.topic_id, where, "records")
+    wait_until_visible(admin, _last_offsets(batch.topic, existing.offsets), config.visibility_timeout_s)
+    existing.reused = True
+    existing.seconds = time.perf_counter() - batch.started
+    log.info("%s already holds this batch: producing nothing", where)
+    return existing
+
+
+def _resume(
+    batch: BatchRecords,
+    stream: Iterable[StreamItem],
+    progress: ProgressRecord | None,
+    hasher: StreamHasher,
+    spans: SpanRecorder | None,
+) -> Iterable[StreamItem]:
+    """`stream` after the block prefix an earlier attempt committed (`progress`), checked against its hash."""
+    if progress is None:
+        return stream
+    where = batch.where
+    check_record(progress, batch.fingerprint, batch.topic_id, where, "has a partly produced batch of")
+    check_same_writer(progress, batch.txid, where)
+    log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
+             progress.blocks, progress.transactions)  # fmt: skip
+    # the committed prefix ends on a message boundary: skipping whole messages keeps the uninterrupted cut
+    return skip_blocks(stream, progress.blocks, expected_hash=progress.stream_hash, hasher=hasher,
+                       where=where, on_skip=spans.skip if spans else None)  # fmt: skip
+
+
+def _transactions(
+    batch: BatchRecords, conn: _Connection, progress: ProgressRecord | None, config: ProducerConfig
+) -> BatchTransactions:
+    return BatchTransactions(
+        conn.producer, txid=batch.txid, topic=batch.topic, ledger_key=batch.ledger_key, partitions=conn.partitions,
+        start=xxhash.xxh64_intdigest(batch.ledger_key.encode()) % len(conn.partitions),
         totals=BatchTotals.from_progress(progress), flush_timeout_s=config.flush_timeout_s,
         abortable_retries=config.abortable_retries,
     )  # fmt: skip
-    encoder = MessageEncoder(tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source,
-                             seq_len=seq_len, hasher=hasher, spans=_spans)  # fmt: skip
 
-    def completion(t: BatchTotals, stream_hash: str) -> ProduceReport:
-        return ProduceReport(
-            topic=topic, ledger_key=ledger_key, content_hash=content_hash, tokenizer_name=tokenizer.name,
-            tokenizer_hash=tokenizer.hash, seq_len=seq_len, offsets=t.offsets, messages=t.messages, blocks=t.blocks,
-            tokens=t.blocks * seq_len - t.pad_tokens, bytes=t.bytes, seconds=time.perf_counter() - started,
-            mb_per_s=0.0, transactional_id=txid, source=source, packing=_packer.stats() if _packer else {},
-            topic_id=current_id, pad_tokens=t.pad_tokens,
-            tail_tokens=_packer.tail_tokens if _packer else t.padded_blocks * seq_len - t.pad_tokens,
-            dropped_tokens=_packer.dropped_tokens if _packer else 0,
-            transactions=t.transactions, resumed_blocks=t.resumed_blocks, stream_hash=stream_hash,
-            domains=_domain_report(t, seq_len, _packer), retired_blocks=sum(r.blocks for r in retired),
-            packing_hash=packing_hash,
-        )  # fmt: skip
 
-    def progress_record(t: BatchTotals, stream_hash: str) -> ProgressRecord:
-        return ProgressRecord(
-            ledger_key=ledger_key, content_hash=content_hash, tokenizer_hash=tokenizer.hash, seq_len=seq_len,
-            topic_id=current_id, transactions=t.transactions, messages=t.messages, blocks=t.blocks, bytes=t.bytes,
-            pad_tokens=t.pad_tokens, padded_blocks=t.padded_blocks, offsets=t.offsets, stream_hash=stream_hash,
-            transactional_id=txid, domains=t.domains, packing_hash=packing_hash,
-        )  # fmt: skip
-
-    setup_s = time.perf_counter() - started - ahead_s  # the part of the setup that tokenizing did not hide
-    loop_started = time.perf_counter()
+def _write_batch(batch: BatchRecords, txs: BatchTransactions, chunks: Iterable[Any], hasher: StreamHasher) -> float:
+    """One transaction per staged chunk (reading and tokenizing between them), the last with the completion
+    record; the seconds spent in transactions."""
     tx_s = 0.0
     done = False
-    for chunk in stage_chunks(stream, per_chunk, encoder):  # reads and tokenizes
+    for chunk in chunks:  # reads and tokenizes
         t0 = time.perf_counter()
-        txs.write_chunk(chunk, partial(completion if chunk.last else progress_record, stream_hash=chunk.stream_hash))
+        record = batch.completion if chunk.last else batch.progress_record
+        txs.write_chunk(chunk, partial(record, stream_hash=chunk.stream_hash))
         tx_s += time.perf_counter() - t0
         done = chunk.last
-        log.info("%s: transaction %d committed, %d blocks so far", where, txs.totals.transactions, txs.totals.blocks)
+        log.info(
+            "%s: transaction %d committed, %d blocks so far", batch.where, txs.totals.transactions, txs.totals.blocks
+        )
     if not done:  # the input is empty, or an earlier attempt committed all of it
         t0 = time.perf_counter()
         final = replace(txs.totals, transactions=txs.totals.transactions + 1)
-        txs.write_completion(completion(final, hasher.hexdigest()))
+        txs.write_completion(batch.completion(final, hasher.hexdigest()))
         txs.totals = final
         tx_s += time.perf_counter() - t0
-    loop_s = time.perf_counter() - loop_started
-    report = completion(txs.totals, hasher.hexdigest())
+    return tx_s
 
-    ledger = ledger_topic(topic)
-    written = {**_last_offsets(topic, report.offsets), **_last_offsets(ledger, txs.tracker.partition_ranges(ledger))}
-    visible_s = wait_until_visible(admin, written, config.visibility_timeout_s)
-    _serve_stats(producer, conn.stats, config.statistics_interval_ms)
-    stage = {"setup": setup_s, **(_stage_timer.seconds if _stage_timer else {})}
-    stage["encode"] = max(0.0, loop_s + ahead_s - tx_s - sum(_stage_timer.seconds.values() if _stage_timer else ()))
-    stage.update(produce=tx_s, visible=visible_s)
-    report.stage_seconds = stage
+
+def _stage_seconds(setup_s: float, work_s: float, tx_s: float, stage_timer: Any) -> dict[str, float]:
+    """Seconds per stage; encoding is the reading and tokenizing time (`work_s`) not spent in the timed stages."""
+    timed = stage_timer.seconds if stage_timer else {}
+    return {"setup": setup_s, **timed, "encode": max(0.0, work_s - tx_s - sum(timed.values())), "produce": tx_s}
+
+
+def _publish(
+    report: ProduceReport,
+    conn: _Connection,
+    txs: BatchTransactions,
+    config: ProducerConfig,
+    stage: dict[str, float],
+    started: float,
+) -> None:
+    """Wait until the written records are visible, then complete the report's timings and statistics."""
+    ledger = ledger_topic(report.topic)
+    written = {**_last_offsets(report.topic, report.offsets),
+               **_last_offsets(ledger, txs.tracker.partition_ranges(ledger))}  # fmt: skip
+    visible_s = wait_until_visible(conn.admin, written, config.visibility_timeout_s)
+    _serve_stats(conn.producer, conn.stats, config.statistics_interval_ms)
+    report.stage_seconds = {**stage, "visible": visible_s}
     report.seconds = time.perf_counter() - started
     report.mb_per_s = report.bytes / report.seconds / 1e6 if report.seconds > 0 else 0.0
     report.kafka_stats = conn.stats.summary() if conn.stats else {}
     log.info(
         "produced %d blocks (%d messages, %.1f MB, %d transactions, %d blocks resumed) to %s in %.2fs: %.1f MB/s, "
         "offsets %s",
-        report.blocks, report.messages, report.bytes / 1e6, report.transactions, report.resumed_blocks, topic,
+        report.blocks, report.messages, report.bytes / 1e6, report.transactions, report.resumed_blocks, report.topic,
         report.seconds, report.mb_per_s, report.offsets,
     )  # fmt: skip
-    return report
 
 
 @dataclass
@@ -307,16 +349,6 @@ def _close_input(items: Iterator[Any]) -> None:
     close = getattr(items, "close", None)
     if close is not None:
         close()
-
-
-def _domain_report(t: BatchTotals, seq_len: int, packer: DomainPackers | None) -> dict[str, dict[str, int]]:
-    """Per-domain messages, blocks, real tokens, pad tokens (and documents, when the packer is at hand)."""
-    per = packer.per_domain() if packer else {}
-    keys = ("docs", "fim_docs") if packer is not None and packer.fim_docs is not None else ("docs",)
-    return {
-        d: {**c, "tokens": c["blocks"] * seq_len - c["pad_tokens"], **{k: per.get(d, {}).get(k, 0) for k in keys}}
-        for d, c in sorted(t.domains.items())
-    }
 
 
 def _serve_stats(producer: Any, stats: KafkaStats | None, interval_ms: int) -> None:
