@@ -101,6 +101,14 @@ def _split_chunk(chunk: str, out: list[str]) -> None:
         else:
             out.append(chunk)
         return
+    start, end, suffixes = _strip_affixes(chunk, out)
+    _split_infixes(chunk[start:end], out)
+    out.extend(reversed(suffixes))
+
+
+def _strip_affixes(chunk: str, out: list[str]) -> tuple[int, int, list[str]]:
+    """Append `chunk`'s prefixes to `out`; return the bounds of what is left and the suffixes cut off (last
+    first). Stops at an exception or a URL, which are not split."""
     suffixes: list[str] = []
     start, end = 0, len(chunk)
     url = chunk.find("://")  # the first "://" at or after `start` (a URL is not split)
@@ -134,20 +142,24 @@ def _split_chunk(chunk: str, out: list[str]) -> None:
                 start = end
         if not changed:
             break
-    chunk = chunk[start:end]
-    if chunk:
-        if chunk in _EXCEPTIONS or "://" in chunk or chunk.startswith("www."):
-            out.append(chunk)
-        else:
-            pos = 0
-            for m in _INFIX.finditer(chunk):
-                if m.start() > pos:
-                    out.append(chunk[pos : m.start()])
-                out.append(m.group(0))
-                pos = m.end()
-            if pos < len(chunk):
-                out.append(chunk[pos:])
-    out.extend(reversed(suffixes))
+    return start, end, suffixes
+
+
+def _split_infixes(chunk: str, out: list[str]) -> None:
+    """Append `chunk` to `out`, split at its infixes unless it is an exception or a URL."""
+    if not chunk:
+        return
+    if chunk in _EXCEPTIONS or "://" in chunk or chunk.startswith("www."):
+        out.append(chunk)
+        return
+    pos = 0
+    for m in _INFIX.finditer(chunk):
+        if m.start() > pos:
+            out.append(chunk[pos : m.start()])
+        out.append(m.group(0))
+        pos = m.end()
+    if pos < len(chunk):
+        out.append(chunk[pos:])
 
 
 # a token is a "word" when at least one of its characters is not punctuation, symbol or control
