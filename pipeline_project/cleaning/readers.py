@@ -254,7 +254,6 @@ def _stream_failures(pieces: Iterable[bytes], codec: str | None, config: Cleanin
 
 def _stream_jsonl(key: str, first: bytes, blocks: Iterable[bytes], named_codec: str | None, config: CleaningConfig):
     cfg = config.reader
-    cap = cfg.max_line_bytes
     codec = codec_of(first, named_codec)
     outcome: list[tuple[str, str]] = []
     raw = inflate_stream(blocks, codec, cfg.max_decompressed_bytes) if codec else blocks
@@ -281,7 +280,20 @@ def _stream_jsonl(key: str, first: bytes, blocks: Iterable[bytes], named_codec: 
     elif is_binary(buf, cfg):
         yield Quarantined(key, key, "binary_content", f"control bytes in the first {STREAM_WINDOW} bytes: not text")
         return
+    yield from _stream_lines(key, buf, pieces, encoding, config, outcome)
 
+
+def _stream_lines(
+    key: str,
+    buf: bytearray,
+    pieces: Iterable[bytes],
+    encoding: str | None,
+    config: CleaningConfig,
+    outcome: list[tuple[str, str]],
+):
+    """The JSONL records of `buf` and then `pieces`, line by line; a line longer than `max_line_bytes` is
+    counted, not held, and becomes one quarantine record."""
+    cap = config.reader.max_line_bytes
     line_no = 0
     skipped: int | None = None  # bytes seen of a line longer than `cap`, which is counted, not held
     for piece in itertools.chain([b""], pieces):
