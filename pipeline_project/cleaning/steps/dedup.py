@@ -155,18 +155,8 @@ class MinHashDedup(Step):
         return self.hasher.signature(doc.text, doc_lang(doc))
 
     def run(self, docs: list[Document], ctx: RunContext, stats: StepStats):
-        cfg = self.cfg
-        n = len(docs)
-        sigs: list[np.ndarray | None] = [None] * n
-        bands = np.zeros((n, cfg.num_buckets), dtype=np.uint64)
-        for i, doc in enumerate(docs):
-            result = prepared(self, doc, lambda doc=doc: self.prepare(doc))
-            if result is not None:
-                sigs[i], bands[i] = result
-                doc.state.minhash = result
-        has_sig = np.array([s is not None for s in sigs], dtype=bool)
+        sigs, bands, has_sig = self._signatures(docs)
         stats.notes["no_shingles"] = int((~has_sig).sum())
-
         hits = ctx.index.lookup_bands(bands) if ctx.use_index and has_sig.any() else None
         # this chunk's documents so far, of every profile's chain: a document is compared with the ones other
         # profiles kept too, by its number `base + i` in `chunk.docs`
@@ -175,62 +165,78 @@ class MinHashDedup(Step):
         chunk.docs.extend(docs)
         chunk.sigs.extend(sigs)
         # representative of each document: ("batch", number) for a document of this chunk, ("index", entry) else
-        rep: list[tuple[str, int] | None] = [None] * n
-        band_reps = chunk.band_reps
-        checked = rejected = 0
-
-        def estimate(g: int, other: np.ndarray) -> float:
-            return float(np.mean(chunk.sigs[g] == other))
-
+        rep: list[tuple[str, int] | None] = [None] * len(docs)
+        tally = _Tally()
         for i in np.flatnonzero(has_sig).tolist():
             g = base + i
             keys = bands[i].tolist()
-            earlier: list[int] = []
-            local: list[int] = []
-            if hits is not None:
-                earlier = list(dict.fromkeys(hits[i][hits[i] >= 0].tolist()))
-            for key in keys:
-                for kind, r in band_reps.get(key, ()):
-                    if kind == "index":
-                        if r not in earlier:
-                            earlier.append(r)
-                    elif r not in local:
-                        local.append(r)
+            earlier, local = _candidates(keys, None if hits is None else hits[i], chunk.band_reps)
             # an earlier batch already holds the text: name it first
-            best: tuple[str, int] | None = None
-            best_sim = -1.0
-            for entry in earlier:
-                checked += 1
-                sim = 1.0 if cfg.verify == "none" else estimate(g, ctx.index.signature(entry))
-                if sim >= self.sig_threshold or cfg.verify == "none":
-                    if sim > best_sim:
-                        best, best_sim = ("index", entry), sim
-                else:
-                    rejected += 1
+            best = self._best_earlier(g, earlier, chunk, ctx, tally)
             if best is None:
-                for r in sorted(local):
-                    checked += 1
-                    if cfg.verify == "none":
-                        sim, ok = 1.0, True
-                    elif cfg.verify == "signature":
-                        sim = estimate(g, chunk.sigs[r])
-                        ok = sim >= self.sig_threshold
-                    else:
-                        sim = jaccard(
-                            self._shingle_set(chunk.docs[g], chunk.shingles, g),
-                            self._shingle_set(chunk.docs[r], chunk.shingles, r),
-                        )
-                        ok = sim >= cfg.jaccard_threshold
-                    if ok and sim > best_sim:
-                        best, best_sim = ("batch", r), sim
-                    elif not ok:
-                        rejected += 1
+                best = self._best_local(g, local, chunk, tally)
             rep[i] = best or ("batch", g)
             for key in keys:
-                band_reps.setdefault(key, {})[rep[i]] = None
-        stats.notes["candidates_checked"] = checked
-        stats.notes["candidates_rejected"] = rejected
+                chunk.band_reps.setdefault(key, {})[rep[i]] = None
+        stats.notes["candidates_checked"] = tally.checked
+        stats.notes["candidates_rejected"] = tally.rejected
+        return self._split(docs, rep, base, chunk, ctx, stats)
 
+    def _signatures(self, docs: list[Document]) -> tuple[list[np.ndarray | None], np.ndarray, np.ndarray]:
+        """Each document's signature (None without shingles), its band keys (0 without) and which have one."""
+        n = len(docs)
+        sigs: list[np.ndarray | None] = [None] * n
+        bands = np.zeros((n, self.cfg.num_buckets), dtype=np.uint64)
+        for i, doc in enumerate(docs):
+            result = prepared(self, doc, lambda doc=doc: self.prepare(doc))
+            if result is not None:
+                sigs[i], bands[i] = result
+                doc.state.minhash = result
+        return sigs, bands, np.array([s is not None for s in sigs], dtype=bool)
+
+    def _best_earlier(
+        self, g: int, earlier: list[int], chunk: _ChunkBands, ctx: RunContext, tally: _Tally
+    ) -> tuple[str, int] | None:
+        """The most similar earlier-batch candidate that passes (signature estimate)."""
+        best: tuple[str, int] | None = None
+        best_sim = -1.0
+        for entry in earlier:
+            tally.checked += 1
+            sim = 1.0 if self.cfg.verify == "none" else _estimate(chunk, g, ctx.index.signature(entry))
+            if sim >= self.sig_threshold or self.cfg.verify == "none":
+                if sim > best_sim:
+                    best, best_sim = ("index", entry), sim
+            else:
+                tally.rejected += 1
+        return best
+
+    def _best_local(self, g: int, local: list[int], chunk: _ChunkBands, tally: _Tally) -> tuple[str, int] | None:
+        """The most similar candidate of this chunk that passes `cfg.verify`."""
+        best: tuple[str, int] | None = None
+        best_sim = -1.0
+        for r in sorted(local):
+            tally.checked += 1
+            sim, ok = self._local_similarity(g, r, chunk)
+            if ok and sim > best_sim:
+                best, best_sim = ("batch", r), sim
+            elif not ok:
+                tally.rejected += 1
+        return best
+
+    def _local_similarity(self, g: int, r: int, chunk: _ChunkBands) -> tuple[float, bool]:
+        cfg = self.cfg
+        if cfg.verify == "none":
+            return 1.0, True
+        if cfg.verify == "signature":
+            sim = _estimate(chunk, g, chunk.sigs[r])
+            return sim, sim >= self.sig_threshold
+        sim = jaccard(
+            self._shingle_set(chunk.docs[g], chunk.shingles, g),
+            self._shingle_set(chunk.docs[r], chunk.shingles, r),
+        )
+        return sim, sim >= cfg.jaccard_threshold
+
+    def _split(self, docs, rep, base: int, chunk: _ChunkBands, ctx: RunContext, stats: StepStats):
         kept, dropped = [], []
         for i, doc in enumerate(docs):
             kind, r = rep[i] or ("batch", base + i)
@@ -245,3 +251,32 @@ class MinHashDedup(Step):
             dropped.append(Dropped.of(doc, self.name, reason))
         stats.dropped += len(dropped)
         return kept, dropped
+
+
+@dataclass
+class _Tally:
+    checked: int = 0
+    rejected: int = 0
+
+
+def _estimate(chunk: _ChunkBands, g: int, other: np.ndarray) -> float:
+    """Signature-estimated Jaccard of the chunk's document `g` and `other`."""
+    return float(np.mean(chunk.sigs[g] == other))
+
+
+def _candidates(
+    keys: list[int], hits: np.ndarray | None, band_reps: dict[int, dict[tuple[str, int], None]]
+) -> tuple[list[int], list[int]]:
+    """Earlier-batch entries (index hits first) and this chunk's representatives sharing a band with `keys`."""
+    earlier: list[int] = []
+    local: list[int] = []
+    if hits is not None:
+        earlier = list(dict.fromkeys(hits[hits >= 0].tolist()))
+    for key in keys:
+        for kind, r in band_reps.get(key, ()):
+            if kind == "index":
+                if r not in earlier:
+                    earlier.append(r)
+            elif r not in local:
+                local.append(r)
+    return earlier, local
