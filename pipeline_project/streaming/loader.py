@@ -83,38 +83,9 @@ class KafkaBlockLoader:
         self.dead_letters: list[DeadLetter] = []  # skipped malformed messages, as delivered
         self.data_loss: list[SkippedRange] = []  # deleted offsets skipped by allow_data_loss
         self._pad_delivered = 0
-        low, high = partition_bounds(admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
-        self._end_offsets: dict[int, int] | None = None
-        if cfg.mode == "bounded":
-            if cfg.end_offsets is not None:
-                self._end_offsets = {p: int(cfg.end_offsets[p]) for p in self.partitions}
-            else:
-                self._end_offsets = list_offsets(
-                    admin, cfg.topic, self.partitions, OffsetSpec.latest(), cfg.metadata_timeout_s
-                )
-        start = {p: Cursor(low[p]) for p in self.partitions}
-        explicit = {p: Cursor(int(off)) for p, off in (cfg.start_offsets or {}).items() if p in start}
-        checked, skipped = check_cursors(cfg.topic, explicit, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
-        self._record_data_loss(skipped)
-        self._start_cursors = {**start, **checked}
-
-        self._readers = [
-            PartitionReader(
-                cfg.kafka,
-                cfg.topic,
-                ps,
-                worker=w,
-                client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{w}",
-                seq_len=cfg.seq_len,
-                expected_tokenizer_hash=cfg.expected_tokenizer_hash,
-                end_offsets=self._end_offsets,
-                consume_messages=cfg.consume_messages,
-                max_buffered_messages=cfg.max_buffered_messages,
-                allow_data_loss=cfg.allow_data_loss,
-                shares=self.shares,
-            )
-            for w, ps in self.workers.items()
-        ]
+        self._end_offsets = self._bounded_end_offsets(admin)
+        self._start_cursors = self._first_cursors(admin)
+        self._readers = [self._reader(w, ps) for w, ps in self.workers.items()]
         self._interleaver = Interleaver(self.workers, seed=cfg.seed, rank=cfg.rank)
         self._cursors = dict(self._start_cursors)  # position after the last yielded batch
         self._current: int | None = None
@@ -123,21 +94,7 @@ class KafkaBlockLoader:
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue | None = None
         self._stop = threading.Event()
-        self._assembler = BatchAssembler(
-            self._readers,
-            topic=cfg.topic,
-            batch_size=cfg.batch_size,
-            seq_len=cfg.seq_len,
-            end_offsets=self._end_offsets,
-            idle_timeout_s=cfg.idle_timeout_s,
-            stall_timeout_s=cfg.stall_timeout_s,
-            poll_timeout_s=cfg.poll_timeout_s,
-            trace=cfg.trace,
-            pin_memory=self.pin,
-            snapshot=self._snapshot,
-            stop=self._stop,
-            allow_data_loss=cfg.allow_data_loss,
-        )
+        self._assembler = self._make_assembler()
         self._dead_letter_sink: DeadLetterSink | None = None
         if cfg.dead_letter_topic:
             self._dead_letter_sink = DeadLetterSink(
@@ -152,6 +109,60 @@ class KafkaBlockLoader:
         self._window_start = time.perf_counter()
         self.last_wait_s = 0.0
         self.blocks_delivered = 0
+
+    def _bounded_end_offsets(self, admin) -> dict[int, int] | None:
+        """Where a bounded loader stops: the configured end offsets, else the partitions' ends now."""
+        cfg = self.cfg
+        if cfg.mode != "bounded":
+            return None
+        if cfg.end_offsets is not None:
+            return {p: int(cfg.end_offsets[p]) for p in self.partitions}
+        return list_offsets(admin, cfg.topic, self.partitions, OffsetSpec.latest(), cfg.metadata_timeout_s)
+
+    def _first_cursors(self, admin) -> dict[int, Cursor]:
+        """The start offsets asked for, checked against the partitions' bounds; the earliest for the rest."""
+        cfg = self.cfg
+        low, high = partition_bounds(admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
+        start = {p: Cursor(low[p]) for p in self.partitions}
+        explicit = {p: Cursor(int(off)) for p, off in (cfg.start_offsets or {}).items() if p in start}
+        checked, skipped = check_cursors(cfg.topic, explicit, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
+        self._record_data_loss(skipped)
+        return {**start, **checked}
+
+    def _reader(self, worker: int, partitions: tuple[int, ...]) -> PartitionReader:
+        cfg = self.cfg
+        return PartitionReader(
+            cfg.kafka,
+            cfg.topic,
+            partitions,
+            worker=worker,
+            client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{worker}",
+            seq_len=cfg.seq_len,
+            expected_tokenizer_hash=cfg.expected_tokenizer_hash,
+            end_offsets=self._end_offsets,
+            consume_messages=cfg.consume_messages,
+            max_buffered_messages=cfg.max_buffered_messages,
+            allow_data_loss=cfg.allow_data_loss,
+            shares=self.shares,
+        )
+
+    def _make_assembler(self) -> BatchAssembler:
+        cfg = self.cfg
+        return BatchAssembler(
+            self._readers,
+            topic=cfg.topic,
+            batch_size=cfg.batch_size,
+            seq_len=cfg.seq_len,
+            end_offsets=self._end_offsets,
+            idle_timeout_s=cfg.idle_timeout_s,
+            stall_timeout_s=cfg.stall_timeout_s,
+            poll_timeout_s=cfg.poll_timeout_s,
+            trace=cfg.trace,
+            pin_memory=self.pin,
+            snapshot=self._snapshot,
+            stop=self._stop,
+            allow_data_loss=cfg.allow_data_loss,
+        )
 
     # -- public API ---------------------------------------------------------------------------
 
