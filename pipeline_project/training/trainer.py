@@ -148,6 +148,92 @@ def _autocast(device: torch.device):
     return contextlib.nullcontext()
 
 
+@dataclass
+class _StepOutput:
+    """What one optimizer step left on this rank (the loss and labels are reduced across ranks afterwards)."""
+
+    lr: float
+    loss: torch.Tensor
+    labels: torch.Tensor
+    grad_norm: torch.Tensor
+    expert_load: ExpertLoad
+
+
+@dataclass
+class _Loop:
+    """The parts of a training invocation that every step uses."""
+
+    cfg: TrainConfig
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    distributed: bool
+
+    def __post_init__(self) -> None:
+        self.is_main = not self.distributed or torch.distributed.get_rank() == 0
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.net: nn.Module = DistributedDataParallel(self.model, device_ids=ids) if self.distributed else self.model
+        self.balancer = ExpertBalancer(self.model, self.cfg.bias_update_speed)
+        self.pad_input_id = _pad_input_id(self.model)
+
+    def optimizer_step(self, step: int, batch: torch.Tensor) -> _StepOutput:
+        """Forward, backward, clip, AdamW step and expert-bias update at the learning rate of 0-based `step`."""
+        lr = lr_at(step, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        input_ids, labels = inputs_and_labels(batch.to(self.device, non_blocking=True), self.pad_input_id)
+        with _autocast(self.device):
+            loss = self.net(input_ids=input_ids, labels=labels, use_cache=False).loss
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return _StepOutput(lr, loss, labels, grad_norm, self.balancer.step())
+
+    def reduce(self, out: _StepOutput) -> tuple[float, int]:
+        """The step's mean loss and its real (unpadded) tokens, over all ranks."""
+        world = torch.distributed.get_world_size() if self.distributed else 1
+        loss_value = all_reduce_scalar(out.loss.item(), "sum", self.device) / world
+        real_tokens = out.labels.numel() - int((out.labels == IGNORE_INDEX).sum())  # padding does not count
+        return loss_value, int(all_reduce_scalar(float(real_tokens), "sum", self.device))
+
+    def report(self, metrics: StepMetrics, on_step: Callable[[StepMetrics], None] | None) -> None:
+        if not self.is_main:
+            return
+        log.info(
+            "step %d loss %.4f lr %.2e %.0f tok/s data-wait %.1f%% expert imbalance %.2f",
+            metrics.step,
+            metrics.loss,
+            metrics.lr,
+            metrics.tokens_per_s,
+            100 * metrics.data_wait_fraction,
+            metrics.expert_load.max_violation,
+        )
+        if on_step:
+            on_step(metrics)
+
+
+def _step_metrics(
+    step: int, out: _StepOutput, loss_value: float, step_tokens: int, tokens_seen: int, times: tuple[float, float],
+    lag: float | None,
+) -> StepMetrics:  # fmt: skip
+    step_time, data_wait = times
+    return StepMetrics(
+        step=step,
+        loss=loss_value,
+        lr=out.lr,
+        grad_norm=float(out.grad_norm),
+        tokens=step_tokens,
+        tokens_seen=tokens_seen,
+        tokens_per_s=step_tokens / step_time,
+        step_time_s=step_time,
+        data_wait_s=data_wait,
+        data_wait_fraction=data_wait / step_time,
+        consumer_lag=lag,
+        expert_load=out.expert_load,
+    )
+
+
 def train(
     cfg: TrainConfig,
     batches: Iterable[torch.Tensor],
@@ -169,18 +255,9 @@ def train(
     each checkpoint record exactly the batches that were trained on.
     """
     device = next(model.parameters()).device
-    distributed = is_distributed()
-    is_main = not distributed or torch.distributed.get_rank() == 0
-    net: nn.Module = (
-        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        if distributed
-        else model
-    )
-    balancer = ExpertBalancer(model, cfg.bias_update_speed)
+    loop = _Loop(cfg, model, optimizer, device, is_distributed())
     snapshot = data_state_fn or (lambda: None)
-    pad_input_id = _pad_input_id(model)
     iterator: Iterator[torch.Tensor] = iter(batches)
-
     result = TrainResult(start_step=start_step, end_step=start_step, tokens=0, final_loss=None)
     model.train()
     step = start_step
@@ -195,67 +272,29 @@ def train(
                 result.data_state = data_state  # a fetched-but-untrained batch is not consumed
                 result.stop_reason = "data_exhausted"
                 break
-
-            lr = lr_at(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            input_ids, labels = inputs_and_labels(batch.to(device, non_blocking=True), pad_input_id)
-            with _autocast(device):
-                loss = net(input_ids=input_ids, labels=labels, use_cache=False).loss
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            expert_load = balancer.step()
+            out = loop.optimizer_step(step, batch)
             step += 1
-
-            loss_value = all_reduce_scalar(loss.item(), "sum", device) / (
-                torch.distributed.get_world_size() if distributed else 1
-            )
-            real_tokens = labels.numel() - int((labels == IGNORE_INDEX).sum())  # padding does not count
-            step_tokens = int(all_reduce_scalar(float(real_tokens), "sum", device))
+            loss_value, step_tokens = loop.reduce(out)
             step_time = time.perf_counter() - t0
             result.tokens += step_tokens
             result.losses.append(loss_value)
             result.final_loss = loss_value
             result.end_step = step
-
             is_last = cfg.max_steps is not None and step - start_step >= cfg.max_steps
             if step % cfg.log_every == 0 or is_last:
-                lag = lag_fn() if lag_fn else None
-                if lag is not None:
-                    lag = all_reduce_scalar(float(lag), "sum", device)
-                metrics = StepMetrics(
-                    step=step,
-                    loss=loss_value,
-                    lr=lr,
-                    grad_norm=float(grad_norm),
-                    tokens=step_tokens,
-                    tokens_seen=result.tokens,
-                    tokens_per_s=step_tokens / step_time,
-                    step_time_s=step_time,
-                    data_wait_s=data_wait,
-                    data_wait_fraction=data_wait / step_time,
-                    consumer_lag=lag,
-                    expert_load=expert_load,
-                )
-                if is_main:
-                    log.info(
-                        "step %d loss %.4f lr %.2e %.0f tok/s data-wait %.1f%% expert imbalance %.2f",
-                        step,
-                        loss_value,
-                        lr,
-                        metrics.tokens_per_s,
-                        100 * metrics.data_wait_fraction,
-                        expert_load.max_violation,
-                    )
-                    if on_step:
-                        on_step(metrics)
+                lag = _global_lag(lag_fn, device)
+                times = (step_time, data_wait)
+                loop.report(_step_metrics(step, out, loss_value, step_tokens, result.tokens, times, lag), on_step)
             if on_checkpoint and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                 on_checkpoint(step, snapshot())
         else:
             result.stop_reason = "max_steps"
             result.data_state = snapshot()
     finally:
-        balancer.close()
+        loop.balancer.close()
     return result
+
+
+def _global_lag(lag_fn: Callable[[], float | None] | None, device: torch.device) -> float | None:
+    lag = lag_fn() if lag_fn else None
+    return None if lag is None else all_reduce_scalar(float(lag), "sum", device)
