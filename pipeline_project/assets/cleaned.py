@@ -1,7 +1,5 @@
 """`cleaned_shards`: repaired, filtered, PII-masked, deduplicated documents as zstd JSONL shards in S3."""
 
-import contextlib
-
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
@@ -52,98 +50,85 @@ def cleaned_shards(
     dedup: DedupIndexResource,
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning import publish
-    from pipeline_project.cleaning.batch_writer import BatchWriter
-    from pipeline_project.cleaning.parallel import FilterPool
-    from pipeline_project.cleaning.stream import StreamingCleaner
+    from pipeline_project.cleaning.batch_attempt import clean_attempt
 
     batch_id = context.partition_key
     client = s3.get_client()
     config = cleaning.config()
     manifest = read_manifest(client, layout.bucket, batch_id)
-    mh = config.dedup.minhash
-    is_published = publish.manifest_names_attempt(client, layout.bucket, layout.shard_dir)
-    index = dedup.open(
-        num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets, is_published=is_published
-    )
+    index = _open_index(dedup, config, client, layout)
     records = publish.exclusion_recorder(config)
     previous = publish.read_shard_manifest_or_none(client, layout.bucket, layout.shard_dir(batch_id))
-
-    # This attempt (run and try) writes under prefixes of its own; what was published before stays until the new
-    # manifest replaces it. Order: clean (index lookups only) -> refuse if the ledger holds other content ->
-    # reserve in the index (pending, first writer wins) -> exclusion sink -> manifest -> index rows visible.
-    attempt = f"{context.run.run_id[:8]}-{context.retry_number}"
-    writer = BatchWriter(
-        client,
-        layout.bucket,
-        shard_prefix=f"{layout.shard_dir(batch_id)}{attempt}/",
-        exclusions_key=f"{layout.exclusions_dir(batch_id)}{attempt}/{publish.EXCLUSIONS_NAME}",
-        max_shard_bytes=cleaning.max_shard_mb << 20,
-    )
-    workers = cleaning.worker_count(manifest.total_bytes)
-    try:
-        with FilterPool(config, workers) if workers > 1 else contextlib.nullcontext() as pool:
-            cleaner = StreamingCleaner(config, pool, cleaning.chunk_docs, cleaning.chunk_mb << 20)
-            writer.attributes = cleaner.attribute_writer()  # every document's decision and signals (Parquet)
-            out = cleaner.run(iter_batch_items(client, manifest, config), batch_id, index, writer, records)
-        shard_manifest = _manifest(batch_id, config, manifest, out, writer)
-        refuse_other_content(kafka.ledger_records(layout.topic, batch_id), shard_manifest.content_hash(), batch_id,
-                             layout.topic)  # fmt: skip
-    except BaseException:
-        writer.abort()
-        index.close()
-        raise
-    try:
-        published = cleaner.publish(out, index, writer, records, attempt, lambda: publish.write_manifest(
-            client, layout.bucket, layout.shard_dir(batch_id), _manifest(batch_id, config, manifest, out, writer, attempt)
-        ))  # fmt: skip
-    finally:
-        traffic = getattr(index, "traffic", None)
-        index.close()
-    shard_manifest = published.manifest
-    publish.delete_superseded(client, layout.bucket, previous, shard_manifest)
-
-    context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {workers} filter workers")
+    run = _attempt(context, client, layout, cleaning, config, manifest)
+    outcome = clean_attempt(
+        run,
+        index,
+        iter_batch_items(client, manifest, config),
+        records,
+        lambda m: refuse_other_content(kafka.ledger_records(layout.topic, batch_id), m.content_hash(), batch_id,
+                                       layout.topic),
+    )  # fmt: skip
+    publish.delete_superseded(client, layout.bucket, previous, outcome.manifest)
+    out = outcome.out
+    context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {run.workers} filter workers")
     push_batch_metrics(
         "pipeline_cleaning", "cleaned_shards", batch_id, lambda m: m.record_cleaning(out.counts, out.dropped_by_reason)
     )
-    return dg.MaterializeResult(
-        metadata={
-            "documents_in": out.counts["in"],
-            "kept": out.counts["kept"],
-            "dropped": out.counts["dropped"],
-            "quarantined": out.counts["quarantined"],
-            "dropped_by_reason": dict(out.dropped_by_reason),
-            "removal_table": dg.MetadataValue.md(out.removal_table_markdown()),
-            "bytes_out": shard_manifest.bytes_out,
-            "raw_bytes_kept": shard_manifest.raw_bytes_kept,
-            "shard_keys": [sh.key for sh in shard_manifest.shards],
-            "exclusions": dg.MetadataValue.path(f"s3://{layout.bucket}/{shard_manifest.exclusions}"),
-            "config_hash": shard_manifest.config_hash,
-            "content_hash": shard_manifest.content_hash(),
-            "manifest_sha256": published.manifest_sha256,
-            "chunks": out.chunks,
-            "filter_workers": workers,
-            **({"dedup_index": traffic.as_dict()} if traffic is not None else {}),
-        }
+    return dg.MaterializeResult(metadata=_metadata(layout.bucket, outcome, run.workers))
+
+
+def _open_index(dedup: DedupIndexResource, config, client, layout: PipelineLayout):
+    from pipeline_project.cleaning import publish
+
+    mh = config.dedup.minhash
+    is_published = publish.manifest_names_attempt(client, layout.bucket, layout.shard_dir)
+    return dedup.open(
+        num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets, is_published=is_published
     )
 
 
-def _manifest(batch_id, config, manifest, out, writer, attempt=""):
-    from pipeline_project.cleaning.publish import ShardEntry, ShardManifest
+def _attempt(context: dg.AssetExecutionContext, client, layout: PipelineLayout, cleaning: CleaningResource, config,
+             manifest):  # fmt: skip
+    """This run and try's attempt: it writes under prefixes of its own (see `cleaning.batch_attempt`)."""
+    from pipeline_project.cleaning.batch_attempt import BatchAttempt
 
-    shards = writer.finish_shards()
-    return ShardManifest(
+    batch_id = context.partition_key
+    return BatchAttempt(
+        client=client,
+        bucket=layout.bucket,
         batch_id=batch_id,
-        config_version=config.version,
-        config_hash=config.config_hash(),
-        input_keys=tuple(o.key for o in manifest.objects),
-        counts={k: int(out.counts[k]) for k in ("in", "kept", "dropped", "quarantined")},
-        shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
-        exclusions=writer.exclusions_key,
-        dedup_attempt=attempt,
-        attributes=writer.attributes_key if writer.attributes_sha256 else "",
-        attributes_sha256=writer.attributes_sha256,
+        config=config,
+        manifest=manifest,
+        shard_dir=layout.shard_dir(batch_id),
+        exclusions_dir=layout.exclusions_dir(batch_id),
+        attempt=f"{context.run.run_id[:8]}-{context.retry_number}",
+        max_shard_bytes=cleaning.max_shard_mb << 20,
+        workers=cleaning.worker_count(manifest.total_bytes),
+        chunk_docs=cleaning.chunk_docs,
+        chunk_bytes=cleaning.chunk_mb << 20,
     )
+
+
+def _metadata(bucket: str, outcome, workers: int) -> dict:
+    out, shard_manifest, traffic = outcome.out, outcome.manifest, outcome.traffic
+    return {
+        "documents_in": out.counts["in"],
+        "kept": out.counts["kept"],
+        "dropped": out.counts["dropped"],
+        "quarantined": out.counts["quarantined"],
+        "dropped_by_reason": dict(out.dropped_by_reason),
+        "removal_table": dg.MetadataValue.md(out.removal_table_markdown()),
+        "bytes_out": shard_manifest.bytes_out,
+        "raw_bytes_kept": shard_manifest.raw_bytes_kept,
+        "shard_keys": [sh.key for sh in shard_manifest.shards],
+        "exclusions": dg.MetadataValue.path(f"s3://{bucket}/{shard_manifest.exclusions}"),
+        "config_hash": shard_manifest.config_hash,
+        "content_hash": shard_manifest.content_hash(),
+        "manifest_sha256": outcome.published.manifest_sha256,
+        "chunks": out.chunks,
+        "filter_workers": workers,
+        **({"dedup_index": traffic.as_dict()} if traffic is not None else {}),
+    }
 
 
 @dg.asset_check(

@@ -73,6 +73,16 @@ def token_blocks(
     client = s3.get_client()
     manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir(batch_id))
     cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
+    report = _produce(kafka, layout, iter_shard_documents(client, layout.bucket, manifest), batch_id, manifest)
+    push_batch_metrics("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
+    mlflow_url = None if report.reused else _log_produce_run(context, mlflow, layout, manifest, report)
+    context.log.info(f"batch {batch_id}: {report.blocks} blocks, {report.tokens} tokens, reused={report.reused}")
+    dropped_by_reason = cleaned_meta.get("dropped_by_reason") or {}
+    return dg.MaterializeResult(metadata=produce_metadata(layout, report, dropped_by_reason, mlflow_url))
+
+
+def _produce(kafka: KafkaResource, layout: PipelineLayout, documents, batch_id: str, manifest):
+    """Make sure the topic exists as the layout says, then produce the batch's documents into it, once."""
     kafka.ensure_topic(
         layout.topic,
         partitions=layout.topic_partitions,
@@ -81,9 +91,9 @@ def token_blocks(
         config=layout.topic_config(),
         message_bytes=layout.message_bytes,
     )
-    report = kafka.produce_token_blocks(
+    return kafka.produce_token_blocks(
         layout.topic,
-        iter_shard_documents(client, layout.bucket, manifest),
+        documents,
         seq_len=layout.seq_len,
         source=batch_id,
         ledger_key=batch_id,
@@ -91,46 +101,50 @@ def token_blocks(
         max_message_bytes=layout.message_bytes,
         fim=layout.fim_policy(),
     )
-    push_batch_metrics("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
+
+
+def stage_seconds(report) -> dict[str, float]:
+    return {f"seconds_{k}": round(float(v), 4) for k, v in (report.stage_seconds or {}).items()}
+
+
+def _log_produce_run(context: dg.AssetExecutionContext, mlflow: MlflowResource, layout: PipelineLayout, manifest,
+                     report) -> str | None:  # fmt: skip
+    """The MLflow run of a batch produced now (not reused); returns its URL."""
+    batch_id = context.partition_key
+    kafka_metrics = {f"kafka_{k}": v for k, v in (report.kafka_stats or {}).items() if isinstance(v, (int, float))}
+    hashed = {
+        "cleaning": manifest.config_hash,
+        "seq_len": layout.seq_len,
+        "tokenizer": report.tokenizer_hash,
+        "message_bytes": layout.message_bytes,
+        **({"fim": report.packing_hash} if report.packing_hash else {}),
+    }
+    return mlflow.log_ingest_run(
+        run_name=f"produce-{batch_id}",
+        tags=run_tags(
+            dagster_run_id=context.run.run_id,
+            partition=batch_id,
+            asset="token_blocks",
+            config_hash=config_hash(hashed),
+            topic=layout.topic,
+            batch=batch_id,  # = partition; kept for searches written before the shared vocabulary
+        ),
+        params={"seq_len": layout.seq_len, "partitions": layout.topic_partitions, "tokenizer": report.tokenizer_name},
+        metrics={
+            "blocks": report.blocks,
+            "tokens": report.tokens,
+            "bytes": report.bytes,
+            "produce_mb_per_s": report.mb_per_s,
+            **{f"tokens_{d}": c["tokens"] for d, c in report.domains.items()},
+            **stage_seconds(report),
+            **kafka_metrics,
+        },
+    )
+
+
+def produce_metadata(layout: PipelineLayout, report, dropped_by_reason: dict, mlflow_url: str | None) -> dict:
+    """The asset's materialization metadata for a produce `report` (`dropped_by_reason`: from cleaned_shards)."""
     ranges = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
-    stage = {f"seconds_{k}": round(float(v), 4) for k, v in (report.stage_seconds or {}).items()}
-    mlflow_url = None
-    if not report.reused:
-        kafka_metrics = {f"kafka_{k}": v for k, v in (report.kafka_stats or {}).items() if isinstance(v, (int, float))}
-        mlflow_url = mlflow.log_ingest_run(
-            run_name=f"produce-{batch_id}",
-            tags=run_tags(
-                dagster_run_id=context.run.run_id,
-                partition=batch_id,
-                asset="token_blocks",
-                config_hash=config_hash(
-                    {
-                        "cleaning": manifest.config_hash,
-                        "seq_len": layout.seq_len,
-                        "tokenizer": report.tokenizer_hash,
-                        "message_bytes": layout.message_bytes,
-                        **({"fim": report.packing_hash} if report.packing_hash else {}),
-                    }
-                ),
-                topic=layout.topic,
-                batch=batch_id,  # = partition; kept for searches written before the shared vocabulary
-            ),
-            params={
-                "seq_len": layout.seq_len,
-                "partitions": layout.topic_partitions,
-                "tokenizer": report.tokenizer_name,
-            },
-            metrics={
-                "blocks": report.blocks,
-                "tokens": report.tokens,
-                "bytes": report.bytes,
-                "produce_mb_per_s": report.mb_per_s,
-                **{f"tokens_{d}": c["tokens"] for d, c in report.domains.items()},
-                **stage,
-                **kafka_metrics,
-            },
-        )
-    context.log.info(f"batch {batch_id}: {report.blocks} blocks, {report.tokens} tokens, reused={report.reused}")
     metadata = {
         "topic": layout.topic,
         "blocks": report.blocks,
@@ -148,20 +162,24 @@ def token_blocks(
         "tokenizer": report.tokenizer_name,
         "tokenizer_hash": report.tokenizer_hash,
         "seq_len": layout.seq_len,
-        **stage,
+        **stage_seconds(report),
     }
     if report.domains:
-        metadata["domains"] = report.domains
-        metadata["domains_table"] = dg.MetadataValue.md(domains_table(report.domains))
-        for d, c in report.domains.items():
-            metadata[f"tokens_{d}"] = c["tokens"]
-            metadata[f"blocks_{d}"] = c["blocks"]
-            if "fim_docs" in c:  # documents laid out for fill-in-the-middle (FIM on)
-                metadata[f"fim_docs_{d}"] = c["fim_docs"]
-    metadata.update(corpus_counts(report.domains, cleaned_meta.get("dropped_by_reason") or {}))
+        metadata.update(domain_metadata(report.domains))
+    metadata.update(corpus_counts(report.domains, dropped_by_reason))
     if mlflow_url:
         metadata["mlflow_run"] = dg.MetadataValue.url(mlflow_url)
-    return dg.MaterializeResult(metadata=metadata)
+    return metadata
+
+
+def domain_metadata(domains: dict) -> dict:
+    metadata = {"domains": domains, "domains_table": dg.MetadataValue.md(domains_table(domains))}
+    for d, c in domains.items():
+        metadata[f"tokens_{d}"] = c["tokens"]
+        metadata[f"blocks_{d}"] = c["blocks"]
+        if "fim_docs" in c:  # documents laid out for fill-in-the-middle (FIM on)
+            metadata[f"fim_docs_{d}"] = c["fim_docs"]
+    return metadata
 
 
 @dg.asset_check(
