@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import resource
 import subprocess
@@ -32,7 +31,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from near_dup import make_near_dups, near_dup_quality  # bench/ is not a package: run from bench/
+from cleaning_report import markdown, measured  # bench/ is not a package: run from bench/
+from near_dup import make_near_dups, near_dup_quality
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
@@ -118,6 +118,50 @@ def agreement(docs):
 
 # --------------------------------------------------------------------------- throughput
 def throughput(docs):
+    raw = [(d.id, d.text) for d in docs]
+    mb = sum(len(t.encode("utf-8")) for _, t in raw) / 1e6
+    ours, kept_ours = _ours_throughput(raw)
+    theirs, kept = _datatrove_throughput(raw)
+    return {
+        "docs": len(raw),
+        "mb": round(mb, 2),
+        "ours": {
+            "cpu_s": round(ours, 2),
+            "docs_per_s": round(len(raw) / ours, 1),
+            "mb_per_s": round(mb / ours, 3),
+            "kept": kept_ours,
+        },
+        "datatrove": {
+            "cpu_s": round(theirs, 2),
+            "docs_per_s": round(len(raw) / theirs, 1),
+            "mb_per_s": round(mb / theirs, 3),
+            "kept_before_dedup": kept,
+        },
+        "speedup": round(theirs / ours, 2),
+        "note": "DataTrove side has no in-memory LSH clustering step (it is a separate file-based stage); ours includes it",
+    }
+
+
+def _ours_throughput(raw):
+    """CPU seconds of our chain over `raw` (id, text) pairs, and the documents it kept. Same steps as DataTrove's
+    side: ftfy, Gopher repetition, Gopher quality, C4, FineWeb, MinHash signatures (the en_web chain for every
+    document, as DataTrove's side: profiles off)."""
+    from pipeline_project.cleaning import CleaningConfig, Document
+    from pipeline_project.cleaning.config import LanguageConfig, PIIConfig
+    from pipeline_project.cleaning.pipeline import CleaningPipeline
+    from pipeline_project.cleaning.profile_config import ProfilesConfig
+
+    cfg = CleaningConfig(
+        language=LanguageConfig(enabled=False), pii=PIIConfig(enabled=False), profiles=ProfilesConfig(enabled=False)
+    )
+    pipe = CleaningPipeline(cfg)
+    t0 = time.process_time()
+    result = pipe.finish(pipe.start([Document(i, t, "bench", {"lang": "en"}) for i, t in raw], "bench"))
+    return time.process_time() - t0, len(result.kept)
+
+
+def _datatrove_throughput(raw):
+    """CPU seconds of DataTrove's formatter, filters and MinHash signatures over `raw`, and the documents kept."""
     from datatrove.data import Document as DTDoc
     from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
     from datatrove.pipeline.filters import (
@@ -127,24 +171,6 @@ def throughput(docs):
         GopherRepetitionFilter,
     )
     from datatrove.pipeline.formatters import FTFYFormatter
-
-    from pipeline_project.cleaning import CleaningConfig, Document
-    from pipeline_project.cleaning.config import LanguageConfig, PIIConfig
-    from pipeline_project.cleaning.pipeline import CleaningPipeline
-    from pipeline_project.cleaning.profile_config import ProfilesConfig
-
-    raw = [(d.id, d.text) for d in docs]
-    mb = sum(len(t.encode("utf-8")) for _, t in raw) / 1e6
-
-    # same steps on both sides: ftfy, Gopher repetition, Gopher quality, C4, FineWeb, MinHash signatures
-    # (the en_web chain for every document, as DataTrove's side: profiles off)
-    cfg = CleaningConfig(
-        language=LanguageConfig(enabled=False), pii=PIIConfig(enabled=False), profiles=ProfilesConfig(enabled=False)
-    )
-    pipe = CleaningPipeline(cfg)
-    t0 = time.process_time()
-    result = pipe.finish(pipe.start([Document(i, t, "bench", {"lang": "en"}) for i, t in raw], "bench"))
-    ours = time.process_time() - t0
 
     ftfy_fmt = FTFYFormatter()
     filters = [
@@ -158,39 +184,23 @@ def throughput(docs):
     kept = 0
     for doc_id, text in raw:
         doc = DTDoc(text=ftfy_fmt.format(text), id=doc_id)
-        ok = True
-        for f in filters:
-            try:
-                r = f.filter(doc)
-            except Exception:  # noqa: BLE001 - a crash counts as a drop
-                r = False
-            if r is not True:
-                ok = False
-                break
-        if ok:
+        if _dt_keeps(filters, doc):
             kept += 1
             sh = signer.get_shingles(doc.text)
             if sh.size:
                 signer.get_signature(sh)
-    theirs = time.process_time() - t0
-    return {
-        "docs": len(raw),
-        "mb": round(mb, 2),
-        "ours": {
-            "cpu_s": round(ours, 2),
-            "docs_per_s": round(len(raw) / ours, 1),
-            "mb_per_s": round(mb / ours, 3),
-            "kept": len(result.kept),
-        },
-        "datatrove": {
-            "cpu_s": round(theirs, 2),
-            "docs_per_s": round(len(raw) / theirs, 1),
-            "mb_per_s": round(mb / theirs, 3),
-            "kept_before_dedup": kept,
-        },
-        "speedup": round(theirs / ours, 2),
-        "note": "DataTrove side has no in-memory LSH clustering step (it is a separate file-based stage); ours includes it",
-    }
+    return time.process_time() - t0, kept
+
+
+def _dt_keeps(filters, doc) -> bool:
+    for f in filters:
+        try:
+            r = f.filter(doc)
+        except Exception:  # noqa: BLE001 - a crash counts as a drop
+            r = False
+        if r is not True:
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- scaling (subprocess per size)
@@ -300,98 +310,6 @@ def index_cost(docs, batches: int):
             }
         )
     return rows
-
-
-# --------------------------------------------------------------------------- report
-def measured(res: dict, section: str, fn, *args):
-    """Run one section, recording the 1-minute load average at its start and end (printed beside its table)."""
-    start = os.getloadavg()[0]
-    out = fn(*args)
-    res.setdefault("load_average", {})[section] = [round(start, 2), round(os.getloadavg()[0], 2)]
-    return out
-
-
-def _load(res: dict, section: str) -> list[str]:
-    la = res.get("load_average", {}).get(section)
-    return [f"Load average (1 min) {la[0]} at the start, {la[1]} at the end.", ""] if la else []
-
-
-def markdown(res) -> str:
-    lines = [
-        "### Agreement with DataTrove 0.10.1 (same text, English mode, keep/drop per document)",
-        "",
-        *_load(res, "agreement"),
-        "| step | docs | agreement | disagreement classes (count) |",
-        "|---|---:|---:|---|",
-    ]
-    for name, a in res["agreement"].items():
-        classes = "; ".join(f"{k}: {v}" for k, v in list(a["disagreements"].items())[:5]) or "-"
-        lines.append(f"| {name} | {a['docs']} | {a['agreement']:.2%} | {classes} |")
-    nd = res["near_dup"]
-    lines += [
-        "",
-        f"### Near-duplicate detection ({nd['docs']} docs, truth: {nd['truth_rule']}, {nd['truth_pairs']} true pairs)",
-        "",
-        *_load(res, "near_dup"),
-        "| impl | precision | recall | detected at edit rate | signature CPU s |",
-        "|---|---:|---:|---|---:|",
-    ]
-    for impl in ("ours", "ours_verify_signature", "ours_lsh_components", "datatrove"):
-        r = nd[impl]
-        det = ", ".join(f"{k}: {v}" for k, v in r["detected_by_edit_rate"].items())
-        lines.append(f"| {impl} | {r['precision']} | {r['recall']} | {det} | {r['signature_cpu_s']} |")
-    if "seed_sweep" in nd:
-        seeds = nd["seed_sweep"]["ours"]["seeds"]
-        lines += [
-            "",
-            f"Same pairs, hash seeds {seeds[0]}..{seeds[-1]} on both sides:",
-            "",
-            "| impl | mean precision | mean recall | min precision | min recall | precision per seed | recall per seed |",
-            "|---|---:|---:|---:|---:|---|---|",
-        ]
-        for impl, r in nd["seed_sweep"].items():
-            lines.append(
-                f"| {impl} | {r['mean_precision']} | {r['mean_recall']} | {r['min_precision']} | {r['min_recall']} | "
-                f"{' '.join(str(x['precision']) for x in r['runs'])} | {' '.join(str(x['recall']) for x in r['runs'])} |"
-            )
-    t = res["throughput"]
-    lines += [
-        "",
-        f"### Throughput per core ({t['docs']} docs, {t['mb']} MB; ftfy + Gopher rep + Gopher quality + C4 + FineWeb + MinHash)",
-        "",
-        *_load(res, "throughput"),
-        "| impl | CPU s | docs/s | MB/s |",
-        "|---|---:|---:|---:|",
-        f"| ours | {t['ours']['cpu_s']} | {t['ours']['docs_per_s']} | {t['ours']['mb_per_s']} |",
-        f"| datatrove | {t['datatrove']['cpu_s']} | {t['datatrove']['docs_per_s']} | {t['datatrove']['mb_per_s']} |",
-        f"| **speedup** | | | **{t['speedup']}x** |",
-    ]
-    lines += [
-        "",
-        "### Scaling (whole chain, one process)",
-        "",
-        *_load(res, "scaling"),
-        "| factor | docs | MB | CPU s | MB/s | peak RSS MB |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in res["scaling"]:
-        lines.append(
-            f"| {r['factor']}x | {r['docs']} | {r['mb']} | {r['cpu_s']} | {r['mb'] / r['cpu_s']:.3f} | {r['peak_rss_mb']} |"
-        )
-    lines += [
-        "",
-        "### Cross-batch index growth (dedup only, each batch = corpus sample with 20% words changed)",
-        "",
-        *_load(res, "index_cost"),
-        "| batch | index entries before | dedup s | index bytes/doc | serialized MB | serialize s | cross-batch drops |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in res["index_cost"]:
-        lines.append(
-            f"| {r['batch']} | {r['index_entries_before']} | {r['dedup_wall_s']} | {r['index_bytes_per_doc']} | "
-            f"{r['serialized_mb']} | {r['serialize_cpu_s']} | {r['cross_batch_drops']} |"
-        )
-    return "\n".join(lines)
 
 
 def main():
