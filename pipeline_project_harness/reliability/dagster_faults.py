@@ -24,9 +24,9 @@ import psutil
 from pipeline_project.stack import Stack
 from pipeline_project.streaming.ledger import read_ledger
 from pipeline_project.streaming.verify import verify_produced
-from pipeline_project_tests.reliability.faults import kafka_of, restart, sigkill
-from pipeline_project_tests.reliability.invariants import read_committed
-from pipeline_project_tests.reliability.trials import TrialResult
+from pipeline_project_harness.reliability.faults import kafka_of, restart, sigkill
+from pipeline_project_harness.reliability.invariants import read_committed
+from pipeline_project_harness.reliability.trials import TrialResult
 
 SENSOR = "raw_s3_sensor"
 

@@ -11,7 +11,7 @@ Dagster deployment (webserver + daemon on the `dagster` host, storage on the `po
 * `daemon_kill`: `dagster_faults.daemon_kill_mid_run` on the cluster: the daemon tree on the dagster host
   SIGKILLed while a run is in flight and objects keep arriving; the daemon restarted by `Cluster.up`.
 
-`ClusterStack` gives the trials of `pipeline_project_tests/reliability/` the few parts of `Stack` they use, so
+`ClusterStack` gives the trials of `pipeline_project_harness/reliability/` the few parts of `Stack` they use, so
 the loopback trials run across hosts unchanged.
 """
 
@@ -25,9 +25,9 @@ from collections import Counter
 from typing import Any
 
 from pipeline_project.cluster import Cluster
-from pipeline_project_tests.reliability import dagster_faults as df
-from pipeline_project_tests.reliability.outages import CleanedBatch, reference_cleaning
-from pipeline_project_tests.reliability.trials import TrialResult
+from pipeline_project_harness.reliability import dagster_faults as df
+from pipeline_project_harness.reliability.outages import CleanedBatch, reference_cleaning
+from pipeline_project_harness.reliability.trials import TrialResult
 
 KINDS = ("cluster_pg_cleaning", "cluster_pg_run", "cluster_daemon")
 CUT_AFTER = [0.5, 2.0, 4.0]  # seconds after the step starts; bench trials cycle through them
@@ -70,7 +70,7 @@ def upload_sample(cs: ClusterStack, seed: int) -> list[str]:
 def published_texts(cs: ClusterStack, batch: str) -> Counter:
     """sha256 of every document the deployment published for `batch` (its default layout)."""
     from pipeline_project.resources import build_resources
-    from pipeline_project_tests.reliability.dedup_trials import published_hashes
+    from pipeline_project_harness.reliability.dedup_trials import published_hashes
 
     hashes, _ = published_hashes(build_resources(cs.settings()), [batch])
     return hashes

@@ -1,4 +1,4 @@
-"""A producing process to kill: `python -m pipeline_project_tests.reliability.produce_worker --bootstrap ... --topic ...`.
+"""A producing process to kill: `python -m pipeline_project_harness.reliability.produce_worker --bootstrap ... --topic ...`.
 
 Produces sequence blocks `0 .. blocks-1` under one ledger key with `produce_blocks` (bounded transactions, each with
 its ledger record). With `--slow-link S` every data message waits S seconds first, so the transaction stays open
@@ -13,8 +13,8 @@ import json
 import sys
 
 from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project_tests.reliability.faults import SlowLinkKafkaSettings
-from pipeline_project_tests.reliability.invariants import SEQ_TOKENIZER, seq_blocks
+from pipeline_project_harness.reliability.faults import SlowLinkKafkaSettings
+from pipeline_project_harness.reliability.invariants import SEQ_TOKENIZER, seq_blocks
 
 IN_TRANSACTION = "IN_TRANSACTION"
 REPORT = "REPORT "

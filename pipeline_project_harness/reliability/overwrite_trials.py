@@ -42,7 +42,7 @@ def overwrite_after_take(stack, *, delay_s: float, objects: int = 20, overwrites
     from pipeline_project.ingest import read_manifest
     from pipeline_project.resources import build_resources
     from pipeline_project.resources.layout import PipelineLayout
-    from pipeline_project_tests.reliability.test_sensor_ticks import Daemon
+    from pipeline_project_harness.reliability.sensor_daemon import Daemon
 
     rng = random.Random(seed)
     settings = stack.settings()

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_project.stack import Stack
-from pipeline_project_tests.reliability.faults import restart, sigkill
-from pipeline_project_tests.reliability.training_trials import (
+from pipeline_project_harness.reliability.faults import restart, sigkill
+from pipeline_project_harness.reliability.training_trials import (
     REPO,
     _checkpoint_state,
     reference_batches,
@@ -33,7 +33,7 @@ from pipeline_project_tests.reliability.training_trials import (
     trainer_job,
     trainer_result,
 )
-from pipeline_project_tests.reliability.trials import TrialResult
+from pipeline_project_harness.reliability.trials import TrialResult
 
 # -- S3 down while cleaned_shards runs -----------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ def mlflow_down_during_training(stack: Stack, workdir: Path, *, when: str, n_blo
     MLflow run exists) or once its first mid-run checkpoint is in S3 (`when="mid_run"`, the run exists and takes
     metrics). The trainer must finish, checkpoint to S3 and move latest.json; MLflow is restarted afterwards."""
     from pipeline_project.training.checkpoint import read_latest
-    from pipeline_project_tests.reliability.training_trials import wait_for_checkpoint
+    from pipeline_project_harness.reliability.training_trials import wait_for_checkpoint
 
     t_start = time.monotonic()
     topic = seed_training_topic(stack, n_blocks)

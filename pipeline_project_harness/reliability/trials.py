@@ -32,8 +32,8 @@ from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
 from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, transactional_id_for
 from pipeline_project.streaming.topics import ensure_topic
 from pipeline_project.streaming.verify import verify_produced
-from pipeline_project_tests.reliability import produce_worker
-from pipeline_project_tests.reliability.faults import (
+from pipeline_project_harness.reliability import produce_worker
+from pipeline_project_harness.reliability.faults import (
     SlowLinkKafkaSettings,
     broker_name,
     busiest_leader,
@@ -42,7 +42,7 @@ from pipeline_project_tests.reliability.faults import (
     sigkill,
     transaction_coordinator,
 )
-from pipeline_project_tests.reliability.invariants import (
+from pipeline_project_harness.reliability.invariants import (
     SEQ_TOKENIZER,
     audit,
     read_committed,

@@ -29,7 +29,7 @@ from pipeline_project.streaming.topics import ensure_topic
 from pipeline_project.training.config import ModelPreset, TrainConfig
 from pipeline_project.training.entrypoint import RESULT_PREFIX
 from pipeline_project.training.job import JobConfig
-from pipeline_project_tests.cluster.conftest import CLI_OPTS, SPEC
+from pipeline_project_harness.cluster.spec import CLI_OPTS, SPEC
 
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus" / "en_tinyshakespeare" / "tinyshakespeare_input.txt"

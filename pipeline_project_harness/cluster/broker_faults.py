@@ -24,14 +24,14 @@ from pipeline_project.streaming.kafka_client import KafkaSettings
 from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, transactional_id_for
 from pipeline_project.streaming.topics import ensure_topic
 from pipeline_project.streaming.verify import verify_produced
-from pipeline_project_tests.reliability import trials
-from pipeline_project_tests.reliability.faults import (
+from pipeline_project_harness.reliability import trials
+from pipeline_project_harness.reliability.faults import (
     SlowLinkKafkaSettings,
     busiest_leader,
     ensure_transaction_state,
     transaction_coordinator,
 )
-from pipeline_project_tests.reliability.invariants import SEQ_TOKENIZER, audit, read_committed, seq_blocks
+from pipeline_project_harness.reliability.invariants import SEQ_TOKENIZER, audit, read_committed, seq_blocks
 
 CUT_S = 30.0
 PRODUCE_BLOCKS = 4096  # 64 messages of 64 blocks; with the slow link the first batch takes ~5 s

@@ -17,9 +17,9 @@ from pathlib import Path
 from pipeline_project.stack import Stack
 from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
 from pipeline_project.streaming.topics import ensure_topic
-from pipeline_project_tests.reliability.faults import kafka_of
-from pipeline_project_tests.reliability.invariants import write_seq_topic
-from pipeline_project_tests.reliability.trials import REPO, TrialResult, unique_topic
+from pipeline_project_harness.reliability.faults import kafka_of
+from pipeline_project_harness.reliability.invariants import write_seq_topic
+from pipeline_project_harness.reliability.trials import REPO, TrialResult, unique_topic
 
 # -- the trainer dies mid-step ---------------------------------------------------------------------------
 

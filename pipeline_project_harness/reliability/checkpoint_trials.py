@@ -34,8 +34,8 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.errors import CheckpointConflictError
 from pipeline_project.training.presets import build_model
 from pipeline_project.training.trainer import seed_everything
-from pipeline_project_tests.reliability.lost_response import LoseResponses
-from pipeline_project_tests.reliability.trials import TrialResult
+from pipeline_project_harness.reliability.lost_response import LoseResponses
+from pipeline_project_harness.reliability.trials import TrialResult
 
 SCENARIOS = ("first-write", "next-write", "every-answer", "rival-wins")
 SMALL_VOCAB = 512

@@ -23,7 +23,7 @@ import uuid
 from collections import Counter
 
 from pipeline_project.settings import Settings
-from pipeline_project_tests.reliability.trials import TrialResult
+from pipeline_project_harness.reliability.trials import TrialResult
 
 KILL_POINTS = ("before_exclusions", "before_manifest", "after_manifest", "before_cleanup")
 

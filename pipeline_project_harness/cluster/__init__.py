@@ -1,0 +1,1 @@
+"""Trials on the network-namespace cluster (`pipeline_project.cluster`): multi-node training and host faults."""
