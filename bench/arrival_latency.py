@@ -27,9 +27,9 @@ sys.path.insert(0, str(REPO))
 
 from pipeline_project.stack import Stack  # noqa: E402
 from pipeline_project.streaming.ledger import read_ledger  # noqa: E402
-from pipeline_project_tests.reliability import dagster_faults as df  # noqa: E402
-from pipeline_project_tests.reliability.conftest import ROOT_PREFIXES, throwaway_stack  # noqa: E402
-from pipeline_project_tests.reliability.faults import kafka_of  # noqa: E402
+from pipeline_project_harness.reliability import dagster_faults as df  # noqa: E402
+from pipeline_project_harness.reliability.faults import kafka_of  # noqa: E402
+from pipeline_project_harness.reliability.stacks import ROOT_PREFIXES, throwaway_stack  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "arrival_latency.json"
 

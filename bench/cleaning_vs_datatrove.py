@@ -208,7 +208,7 @@ def _scale_child(factor: int, per_file: int):
     from pipeline_project.cleaning import CleaningConfig, Document
     from pipeline_project.cleaning.config import LanguageConfig
     from pipeline_project.cleaning.profile_config import ProfilesConfig
-    from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
+    from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
     base = load_docs(per_file)
     docs = []
@@ -263,7 +263,7 @@ def index_cost(docs, batches: int):
         LanguageConfig,
     )
     from pipeline_project.cleaning.profile_config import ProfilesConfig
-    from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
+    from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
     cfg = CleaningConfig(
         profiles=ProfilesConfig(enabled=False),

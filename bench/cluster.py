@@ -122,7 +122,7 @@ def trainer_kill_trial(cluster, work: Path) -> dict:
     the retry's end, and the blocks counted by position and content hash (as test_host_faults.py does)."""
     from pipeline_project.streaming.tokenizer import load_tokenizer
     from pipeline_project.training.checkpoint import read_latest, s3_client
-    from pipeline_project_tests.cluster import multinode as mn
+    from pipeline_project_harness.cluster import multinode as mn
 
     opts, hosts = mn.cluster_opts(cluster), list(HOSTS)
     topic, prefix = f"bench-fault-{uuid.uuid4().hex[:6]}", f"checkpoints/bench-fault-{uuid.uuid4().hex[:6]}"
@@ -188,10 +188,10 @@ def main(argv: list[str]) -> None:
         with tempfile.TemporaryDirectory() as work:
             faults = [trainer_kill_trial(cluster, Path(work))] if not args.no_faults else []
         if not args.no_faults:
-            from pipeline_project_tests.cluster.broker_faults import cluster_bench_faults
+            from pipeline_project_harness.cluster.broker_faults import cluster_bench_faults
 
             faults += cluster_bench_faults(cluster)
-            from pipeline_project_tests.cluster import pg_faults  # PostgreSQL host cut mid-cleaning; daemon kill
+            from pipeline_project_harness.cluster import pg_faults  # PostgreSQL host cut mid-cleaning; daemon kill
 
             faults += pg_faults.cluster_bench_faults(cluster)
     finally:

@@ -6,7 +6,7 @@
 Starts its own stack (3 Kafka brokers with RF 3 / min ISR 2, S3, PostgreSQL, MLflow; Dagster webserver + daemon
 for the `dagster` kind) on free ports under a temp dir, runs `--trials` trials of each kind with the timings
 cycling through the kind's list, and stops and wipes the stack. The shared stack on the default ports is never
-touched. Each trial is one function of `pipeline_project_tests/reliability/` (the fault tests run the same ones):
+touched. Each trial is one function of `pipeline_project_harness/reliability/` (the fault tests run the same ones):
 
 | kind | fault | counted |
 |---|---|---|
@@ -46,9 +46,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline_project.stack import Stack  # noqa: E402
-from pipeline_project_tests.cluster import broker_faults, pg_faults  # noqa: E402
-from pipeline_project_tests.reliability import dedup_trials, outages, training_trials, trials  # noqa: E402
-from pipeline_project_tests.reliability.conftest import (  # noqa: E402
+from pipeline_project_harness.cluster import broker_faults, pg_faults  # noqa: E402
+from pipeline_project_harness.reliability import dedup_trials, outages, training_trials, trials  # noqa: E402
+from pipeline_project_harness.reliability.faults import (  # noqa: E402
+    ensure_transaction_state,
+    kafka_of,
+    restart,
+    throwaway_config,
+    wait_fully_replicated,
+)
+from pipeline_project_harness.reliability.stacks import (  # noqa: E402
     BASE_SERVICES,
     ROOT_PREFIXES,
     claim,
@@ -56,17 +63,12 @@ from pipeline_project_tests.reliability.conftest import (  # noqa: E402
     stop_leftovers,
     teardown_on_sigterm,
 )
-from pipeline_project_tests.reliability.faults import (  # noqa: E402
-    ensure_transaction_state,
-    kafka_of,
-    restart,
-    throwaway_config,
-    wait_fully_replicated,
-)
 
 RESULTS = REPO / "bench" / "results" / "reliability.json"
 KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json", "dedup", "overwrite")
-CLUSTER_KINDS = pg_faults.KINDS + broker_faults.KINDS  # each on a namespace cluster of its own, not the throw-away stack
+CLUSTER_KINDS = (
+    pg_faults.KINDS + broker_faults.KINDS
+)  # each on a namespace cluster of its own, not the throw-away stack
 KINDS += CLUSTER_KINDS
 DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "latest_json", "dedup")
 
@@ -156,7 +158,7 @@ def _dedup_trial(stack: Stack, i: int, work: Path, state: dict):
 
 
 def _overwrite_trial(stack: Stack, i: int, work: Path, state: dict):
-    from pipeline_project_tests.reliability.overwrite_trials import overwrite_after_take
+    from pipeline_project_harness.reliability.overwrite_trials import overwrite_after_take
 
     return overwrite_after_take(stack, delay_s=OVERWRITE[i % len(OVERWRITE)], seed=i)
 
@@ -180,7 +182,7 @@ _TRIALS = {
 
 def latest_json_trial(stack: Stack, i: int, work: Path):
     """Scenario i (cycling) of `checkpoint_trials`: a lost answer to the latest.json write, or a rival winning."""
-    from pipeline_project_tests.reliability import checkpoint_trials
+    from pipeline_project_harness.reliability import checkpoint_trials
 
     scenario = checkpoint_trials.SCENARIOS[i % len(checkpoint_trials.SCENARIOS)]
     return checkpoint_trials.lost_latest_answer(stack.settings(), scenario=scenario, seed=i, work=work)
@@ -209,7 +211,7 @@ def summarize(rows: list[dict], bad: list[dict]) -> dict:
 
 
 def dagster_trial(stack: Stack, i: int, state: dict):
-    from pipeline_project_tests.reliability import dagster_faults
+    from pipeline_project_harness.reliability import dagster_faults
 
     if "instance" not in state:
         dagster_faults.start_dagster(stack)

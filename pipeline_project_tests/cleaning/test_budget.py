@@ -11,8 +11,8 @@ from pipeline_project.cleaning.config import LimitsConfig
 from pipeline_project.cleaning.profiles import build_chains
 from pipeline_project.cleaning.steps.base import DocFilter
 from pipeline_project.cleaning.workers import FilterPool
+from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 from pipeline_project_tests.cleaning.conftest import prose
-from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
 
 CONFIG = CleaningConfig(limits=LimitsConfig(document_cpu_seconds=0.5, document_cpu_seconds_per_mb=0))
 

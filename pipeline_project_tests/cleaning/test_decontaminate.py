@@ -18,8 +18,8 @@ from pipeline_project.cleaning.decontam_index import (
     ngram_hashes,
 )
 from pipeline_project.cleaning.steps.decontaminate import Decontaminate
+from pipeline_project_harness.standins import WholeBatchPipeline
 from pipeline_project_tests.cleaning.conftest import prose
-from pipeline_project_tests.cleaning.standins import WholeBatchPipeline
 
 ON = DecontaminationConfig(enabled=True)
 FILLER = " ".join(f"zq{i}" for i in range(40))  # words no benchmark has

@@ -9,7 +9,7 @@ from pipeline_project.cleaning.config import (
     GopherRepetitionConfig,
     LanguageConfig,
 )
-from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
 from .conftest import prose
 

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document
 from pipeline_project.cleaning.dedup_store import DedupStoreUnavailableError, PostgresDedupIndex
-from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 from pipeline_project_tests.cleaning.test_dedup import _words
 
 pytestmark = pytest.mark.stack

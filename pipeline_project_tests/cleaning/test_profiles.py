@@ -20,7 +20,7 @@ from pipeline_project.cleaning.shards import write_shards
 from pipeline_project.cleaning.steps import LanguageID
 from pipeline_project.cleaning.steps.chinese import han_fraction
 from pipeline_project.cleaning.steps.code import CodeQuality, SecretsMasking
-from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
 from .conftest import prose
 

@@ -12,7 +12,7 @@ import zstandard
 from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object
 from pipeline_project.cleaning.publish import EXCLUSIONS_NAME, read_shard_manifest
 from pipeline_project.cleaning.shards import read_shard
-from pipeline_project_tests.cleaning.standins import (
+from pipeline_project_harness.standins import (
     MemoryDedupIndex,
     WholeBatchPipeline,
     exclusion_records,

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document, read_object
 from pipeline_project.demo.sample_corpus import generate
-from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
 
 @pytest.mark.parametrize("seed", [0, 3])

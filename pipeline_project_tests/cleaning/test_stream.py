@@ -9,7 +9,7 @@ import pytest
 from pipeline_project.cleaning import read_shard
 from pipeline_project.cleaning.batch_writer import BatchWriter
 from pipeline_project.cleaning.stream import StreamingCleaner
-from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 from pipeline_project_tests.cleaning.test_dedup_store import CONFIG, _corpus, _docs, _edit
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 

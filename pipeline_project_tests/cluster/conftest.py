@@ -7,21 +7,13 @@ sessions can run cluster tests side by side. `test_down_leaves_no_namespace_link
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
-from pipeline_project.cluster import Cluster, ClusterSpec
-from pipeline_project.stack.config import REPO_ROOT
+from pipeline_project.cluster import Cluster
+from pipeline_project_harness.cluster.spec import SPEC
 
-_PREFIX = os.environ.get("PP_TEST_CLUSTER_PREFIX", "ppt")
-SPEC = ClusterSpec(
-    root=REPO_ROOT / ".cluster" / f"pytest-{_PREFIX}",
-    prefix=_PREFIX,
-    subnet=os.environ.get("PP_TEST_CLUSTER_SUBNET", "10.78.0.0/24"),
-)
-CLI_OPTS = ["cluster", "--dir", str(SPEC.root), "--prefix", SPEC.prefix, "--subnet", SPEC.subnet]
 LAST = "test_down_leaves_no_namespace_link_or_process"
 
 

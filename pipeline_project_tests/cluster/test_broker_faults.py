@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project_tests.cluster import broker_faults
+from pipeline_project_harness.cluster import broker_faults
 
 pytestmark = pytest.mark.cluster
 

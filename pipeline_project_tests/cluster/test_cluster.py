@@ -21,11 +21,11 @@ from typer.testing import CliRunner
 from pipeline_project.cli import app
 from pipeline_project.cluster import Cluster, netns
 from pipeline_project.stack.config import REPO_ROOT
-from pipeline_project_tests.cluster.conftest import CLI_OPTS, SPEC
+from pipeline_project_harness.cluster.spec import CLI_OPTS, SPEC
 
 pytestmark = pytest.mark.cluster
 
-CLIENT = (sys.executable, "-m", "pipeline_project_tests.cluster.host_client")
+CLIENT = (sys.executable, "-m", "pipeline_project_harness.cluster.host_client")
 TOPIC = "cluster-test"
 
 

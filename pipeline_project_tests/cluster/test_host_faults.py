@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from pipeline_project.training.checkpoint import read_latest, s3_client
-from pipeline_project_tests.cluster import multinode as mn
+from pipeline_project_harness.cluster import multinode as mn
 
 pytestmark = pytest.mark.cluster
 HOSTS = ["trainer-1", "trainer-2"]

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from pipeline_project_tests.cluster import multinode as mn
+from pipeline_project_harness.cluster import multinode as mn
 
 pytestmark = pytest.mark.cluster
 STEPS = 3

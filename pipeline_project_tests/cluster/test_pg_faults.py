@@ -16,9 +16,9 @@ import time
 import pytest
 import yaml
 
-from pipeline_project_tests.cluster import pg_faults as pf
-from pipeline_project_tests.reliability import dagster_faults as df
-from pipeline_project_tests.reliability.outages import reference_cleaning
+from pipeline_project_harness.cluster import pg_faults as pf
+from pipeline_project_harness.reliability import dagster_faults as df
+from pipeline_project_harness.reliability.outages import reference_cleaning
 
 pytestmark = pytest.mark.cluster
 BOUND_S = 35.0  # connect_timeout 10 s; tcp_user_timeout and keepalives about 20 s; slack for a loaded machine

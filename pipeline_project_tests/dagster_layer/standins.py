@@ -257,7 +257,7 @@ class MemoryDedupIndexResource(DedupIndexResource):
     store: str
 
     def open(self, num_perm: int, num_bands: int, is_published=None):
-        from pipeline_project_tests.cleaning.standins import MemoryDedupIndex
+        from pipeline_project_harness.standins import MemoryDedupIndex
 
         return _DEDUP.setdefault(self.store, MemoryDedupIndex(num_perm=num_perm, num_bands=num_bands))
 

@@ -4,7 +4,7 @@ content hash against an undisturbed run). Real PostgreSQL and S3 of the shared s
 
 import pytest
 
-from pipeline_project_tests.reliability.dedup_trials import index_commit_kill
+from pipeline_project_harness.reliability.dedup_trials import index_commit_kill
 
 pytestmark = pytest.mark.stack
 

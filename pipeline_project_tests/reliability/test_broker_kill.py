@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project_tests.reliability.trials import (
+from pipeline_project_harness.reliability.trials import (
     SeededTopic,
     broker_kill_while_consuming,
     broker_kill_while_producing,

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project_tests.reliability.conftest import stop_leftovers
-from pipeline_project_tests.reliability.dagster_faults import (
+from pipeline_project_harness.reliability.dagster_faults import (
     daemon_kill_mid_run,
     dagster_instance,
     run_worker_kill,
     start_dagster,
 )
+from pipeline_project_harness.reliability.stacks import stop_leftovers
 
 pytestmark = pytest.mark.stack
 

@@ -12,8 +12,7 @@ import os
 
 import pytest
 
-from pipeline_project_tests.reliability.conftest import stop_leftovers
-from pipeline_project_tests.reliability.dagster_faults import (
+from pipeline_project_harness.reliability.dagster_faults import (
     dagster_instance,
     retry_of,
     run_story,
@@ -21,6 +20,7 @@ from pipeline_project_tests.reliability.dagster_faults import (
     status_of,
     wait_for,
 )
+from pipeline_project_harness.reliability.stacks import stop_leftovers
 
 pytestmark = pytest.mark.stack
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project_tests.reliability.outages import (
+from pipeline_project_harness.reliability.outages import (
     CleanedBatch,
     mlflow_down_during_training,
     reference_cleaning,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project_tests.reliability.trials import producer_process_kill
+from pipeline_project_harness.reliability.trials import producer_process_kill
 
 pytestmark = pytest.mark.stack
 

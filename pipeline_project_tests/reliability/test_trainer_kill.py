@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project_tests.reliability.training_trials import trainer_kill
+from pipeline_project_harness.reliability.training_trials import trainer_kill
 
 pytestmark = pytest.mark.stack
 

@@ -20,8 +20,8 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.errors import CheckpointConflictError
 from pipeline_project.training.presets import build_model
 from pipeline_project.training.verify import reload_and_generate
-from pipeline_project_tests.reliability.checkpoint_trials import SCENARIOS, lost_latest_answer
-from pipeline_project_tests.reliability.lost_response import LoseResponses
+from pipeline_project_harness.reliability.checkpoint_trials import SCENARIOS, lost_latest_answer
+from pipeline_project_harness.reliability.lost_response import LoseResponses
 
 pytestmark = pytest.mark.stack
 

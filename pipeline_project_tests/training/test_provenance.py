@@ -33,8 +33,8 @@ from pipeline_project.streaming.provenance import (
 )
 from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
 from pipeline_project.trace_cli import trace_app
+from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline, publish_batch
 from pipeline_project_tests.cleaning.conftest import prose
-from pipeline_project_tests.cleaning.standins import MemoryDedupIndex, WholeBatchPipeline, publish_batch
 from pipeline_project_tests.training.test_entrypoint_integration import _run_trainer
 
 pytestmark = pytest.mark.stack
