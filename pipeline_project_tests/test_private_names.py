@@ -7,9 +7,13 @@ A private name (`_x`) is imported from another project module, or read as `obj._
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import pkgutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "pipeline_project"
+CORE = ("pipeline_project.cleaning", "pipeline_project.streaming", "pipeline_project.training")  # no Dagster
 
 # attribute reads of third-party internals, each with its reason
 ALLOWED = {
@@ -40,4 +44,28 @@ def _private(name: str) -> bool:
 
 def test_no_module_reads_another_modules_private_names():
     found = [v for path in sorted(ROOT.rglob("*.py")) for v in violations(path)]
+    assert found == []
+
+
+def overridden_private_hooks(package: str) -> list[str]:
+    """Private methods a class redefines from a base class of another project module (reaching into its internals)."""
+    found = []
+    for info in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}."):
+        module = importlib.import_module(info.name)
+        for cls in vars(module).values():
+            if not isinstance(cls, type) or cls.__module__ != info.name:
+                continue
+            for base in cls.__mro__[1:]:
+                if base.__module__.startswith("pipeline_project") and base.__module__ != info.name:
+                    found += [f"{info.name}.{cls.__name__}.{n} overrides {base.__module__}.{base.__name__}.{n}"
+                              for n, v in vars(cls).items() if _private(n) and _method(v) and n in vars(base)]  # fmt: skip
+    return found
+
+
+def _method(value: object) -> bool:
+    return inspect.isfunction(value) or isinstance(value, (staticmethod, classmethod, property))
+
+
+def test_no_class_overrides_private_hooks_of_another_modules_class():
+    found = [v for package in CORE for v in overridden_private_hooks(package)]
     assert found == []

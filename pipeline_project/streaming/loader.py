@@ -11,7 +11,9 @@ Usage (the trainer's contract)::
     loader.close()
 
 What it guarantees (assignment, bounded and streaming modes, resume under another world size, padding,
-dead letters, failures) is written down in docs/loader.md, "The loader's contract".
+dead letters, failures) is written down in docs/loader.md, "The loader's contract". Where the blocks come from
+is the loader's block source (`block_source.py`): the plain interleave, or the domain mixture that
+`mixture_loader.make_loader` picks when `cfg.mixture` is set.
 """
 
 from __future__ import annotations
@@ -20,18 +22,18 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from confluent_kafka.admin import OffsetSpec
 
-from pipeline_project.streaming.assembler import BatchAssembler, End
+from pipeline_project.streaming.assembler import End
 from pipeline_project.streaming.assignment import shares_for_rank
+from pipeline_project.streaming.block_source import BlockSource, PlainInterleave, SourceContext
 from pipeline_project.streaming.dead_letters import LINEAGE_STATE_KEY, DeadLetter, DeadLetterSink, LineageBudget
 from pipeline_project.streaming.errors import DeadLetterLimitError, MalformedMessageError, StateError
 from pipeline_project.streaming.loader_config import LoaderConfig, dead_letter_topic_for
-from pipeline_project.streaming.partition_reader import PartitionReader
 from pipeline_project.streaming.preflight import (
     SkippedRange,
     check_cursors,
@@ -39,18 +41,7 @@ from pipeline_project.streaming.preflight import (
     list_offsets,
     partition_bounds,
 )
-from pipeline_project.streaming.seek import checked_starts
-from pipeline_project.streaming.state import (
-    Cursor,
-    Interleaver,
-    gather_state,
-    make_state,
-    merge_states,
-    parse_cursors,
-    resolve_state,
-    same_layout,
-)
-from pipeline_project.streaming.stripes import Skips
+from pipeline_project.streaming.state import Cursor, gather_state, parse_cursors, resolve_state, same_layout
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +58,9 @@ __all__ = [
 class KafkaBlockLoader:
     """Iterable of `torch.LongTensor [batch_size, seq_len]` read from a Kafka topic of token blocks."""
 
-    def __init__(self, cfg: LoaderConfig):
+    def __init__(self, cfg: LoaderConfig, source: Callable[[SourceContext], BlockSource] = PlainInterleave):
+        """`source` makes the block source from this rank's context: `PlainInterleave` (the plain interleave), or
+        `mixture_loader.DomainMixture` (`mixture_loader.make_loader` picks by `cfg.mixture`)."""
         self.cfg = cfg
         self._admin = admin = cfg.kafka.make_admin()
         self.all_partitions, self.topic_id = describe_topic(admin, cfg.topic, cfg.metadata_timeout_s)
@@ -77,24 +70,21 @@ class KafkaBlockLoader:
         self.workers = {w: tuple(s.partition for s in ss) for w, ss in by_worker.items()}
         self.shares = {s.partition: s for ss in by_worker.values() for s in ss}  # partition -> this rank's stripe
         self.partitions = tuple(sorted(self.shares))
-        self._skips: dict[int, Skips] = {}  # messages ahead of the cursors consumed under an earlier layout
         self.pin = cfg.pin_memory if cfg.pin_memory is not None else torch.cuda.is_available()
 
         self.dead_letters: list[DeadLetter] = []  # skipped malformed messages, as delivered
         self.data_loss: list[SkippedRange] = []  # deleted offsets skipped by allow_data_loss
         self._pad_delivered = 0
         self._end_offsets = self._bounded_end_offsets(admin)
-        self._start_cursors = self._first_cursors(admin)
-        self._readers = [self._reader(w, ps) for w, ps in self.workers.items()]
-        self._interleaver = Interleaver(self.workers, seed=cfg.seed, rank=cfg.rank)
-        self._cursors = dict(self._start_cursors)  # position after the last yielded batch
-        self._current: int | None = None
-        self._delivered_state = self._snapshot(self._cursors, None)
+        self._stop = threading.Event()
+        self.source = source(SourceContext(
+            cfg, self.topic_id, len(self.all_partitions), self.workers, self.shares, self._end_offsets,
+            self._first_cursors(admin), self.pin, self._stop,
+        ))  # fmt: skip
+        self._delivered_state = self.source.snapshot()  # position after the last batch returned by __next__
 
         self._thread: threading.Thread | None = None
         self._queue: queue.Queue | None = None
-        self._stop = threading.Event()
-        self._assembler = self._make_assembler()
         self._dead_letter_sink: DeadLetterSink | None = None
         if cfg.dead_letter_topic:
             self._dead_letter_sink = DeadLetterSink(
@@ -128,41 +118,6 @@ class KafkaBlockLoader:
         checked, skipped = check_cursors(cfg.topic, explicit, low=low, high=high, allow_data_loss=cfg.allow_data_loss)
         self._record_data_loss(skipped)
         return {**start, **checked}
-
-    def _reader(self, worker: int, partitions: tuple[int, ...]) -> PartitionReader:
-        cfg = self.cfg
-        return PartitionReader(
-            cfg.kafka,
-            cfg.topic,
-            partitions,
-            worker=worker,
-            client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{worker}",
-            seq_len=cfg.seq_len,
-            expected_tokenizer_hash=cfg.expected_tokenizer_hash,
-            end_offsets=self._end_offsets,
-            consume_messages=cfg.consume_messages,
-            max_buffered_messages=cfg.max_buffered_messages,
-            allow_data_loss=cfg.allow_data_loss,
-            shares=self.shares,
-        )
-
-    def _make_assembler(self) -> BatchAssembler:
-        cfg = self.cfg
-        return BatchAssembler(
-            self._readers,
-            topic=cfg.topic,
-            batch_size=cfg.batch_size,
-            seq_len=cfg.seq_len,
-            end_offsets=self._end_offsets,
-            idle_timeout_s=cfg.idle_timeout_s,
-            stall_timeout_s=cfg.stall_timeout_s,
-            poll_timeout_s=cfg.poll_timeout_s,
-            trace=cfg.trace,
-            pin_memory=self.pin,
-            snapshot=self._snapshot,
-            stop=self._stop,
-            allow_data_loss=cfg.allow_data_loss,
-        )
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -217,26 +172,19 @@ class KafkaBlockLoader:
         """Seek to a saved position: this rank's state, every rank's states, or a merged state.
 
         With the same rank/layout/seed the interleave continues exactly; otherwise the loader starts from
-        the union of the states' positions (`state.merge_states`) and the interleave restarts from the seed.
+        the union of the states' positions (the source's `merge`: `state.merge_states`, or per domain
+        `mixture_loader.merge_mixture_states`) and the interleave restarts from the seed.
         """
         cfg = self.cfg
         self._lineage.load(state, len(self.dead_letters))
-        state, own = resolve_state(state, self._fits, merge_states)
+        state, own = resolve_state(state, self._fits, self.source.merge)
         parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
         bounds = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
-        cursors, skips, skipped = self._checked_starts(state["partitions"], own, bounds)
+        plan = self.source.plan_seek(state, own, bounds)
         self._stop_prefetch()
-        self._record_data_loss(skipped)
-        self._cursors, self._skips = cursors, skips
-        if own:
-            self._interleaver.set_state(state["interleave"])
-            current = state.get("current")
-            # a message in progress that was deleted (skipped by allow_data_loss) is no longer in progress
-            self._current = None if any(s.partition == current for s in skipped) else current
-        else:
-            self._interleaver = Interleaver(self.workers, seed=cfg.seed, rank=cfg.rank)
-            self._current = None
-        self._delivered_state = self._snapshot(self._cursors, self._current)
+        self._record_data_loss(plan.skipped)
+        self.source.seek(plan)
+        self._delivered_state = self.source.snapshot()
         self._finished = False
 
     def _fits(self, state: Mapping[str, Any]) -> bool:
@@ -244,11 +192,6 @@ class KafkaBlockLoader:
         cfg = self.cfg
         return same_layout(state, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers,
                            seed=cfg.seed, shares=self.shares)  # fmt: skip
-
-    def _checked_starts(self, entries: Mapping[str, Any], own: bool, bounds: Any) -> tuple[dict, dict, list]:
-        """`seek.checked_starts` for this rank's shares; unnamed partitions start where the loader was built."""
-        return checked_starts(self.cfg.topic, entries, self.shares, own=own, bounds=bounds,
-                              defaults=self._start_cursors, allow_data_loss=self.cfg.allow_data_loss)  # fmt: skip
 
     def metrics(self) -> dict[str, Any]:
         """Wait, lag and loss figures; `data_wait_fraction` covers the wall time since the previous call.
@@ -275,6 +218,7 @@ class KafkaBlockLoader:
             "dead_letters": len(self.dead_letters),
             "dead_letters_lineage": self._lineage.lineage(len(self.dead_letters)),
             "data_loss_offsets": sum(s.offsets for s in self.data_loss),
+            **self.source.metrics(),
         }
 
     @property
@@ -295,23 +239,6 @@ class KafkaBlockLoader:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _snapshot(self, cursors: Mapping[int, Cursor], current: int | None) -> dict[str, Any]:
-        cfg = self.cfg
-        return make_state(
-            topic=cfg.topic,
-            topic_id=self.topic_id,
-            rank=cfg.rank,
-            world_size=cfg.world_size,
-            num_workers=cfg.num_workers,
-            seed=cfg.seed,
-            cursors=cursors,
-            current=current,
-            interleave=self._interleaver.get_state(),
-            shares=self.shares,
-            skips=self._skips,
-            topic_partitions=len(self.all_partitions),
-        )
-
     def _account(self, item: Any) -> None:
         """Count what the assembler skipped on the way to a delivered item."""
         for letter in item.dead_letters:
@@ -321,6 +248,7 @@ class KafkaBlockLoader:
                 self._dead_letter_sink.send(letter)
             self.dead_letters.append(DeadLetter(letter.topic, letter.partition, letter.offset, letter.reason))
         self._record_data_loss(item.skipped)
+        self.source.account(item)
 
     def _record_data_loss(self, skipped: Sequence[SkippedRange]) -> None:
         for s in skipped:
@@ -331,7 +259,7 @@ class KafkaBlockLoader:
     def _lag(self) -> dict[int, int]:
         """Log end (last fetched high watermark, else the start-time end offset) minus delivered position; a stripe
         of k counts its 1/k share, so the ranks' lags add up to the partition's."""
-        highs = {p: h for r in self._readers for p, h in r.high_watermarks().items()}
+        highs = {p: h for r in self.source.readers for p, h in r.high_watermarks().items()}
         cursors = self._delivered_state["partitions"]
         lag = {}
         for p in self.partitions:
@@ -340,23 +268,11 @@ class KafkaBlockLoader:
             lag[p] = -(-max(0, high - pos) // self.shares[p].stripes)
         return lag
 
-    def _live(self, cursors: Mapping[int, Cursor]) -> set[int]:
-        if self._end_offsets is None:
-            return set(self.partitions)
-        return {p for p in self.partitions if cursors[p].offset < self._end_offsets[p]}
-
     def _start(self) -> None:
         self._stop.clear()
         self._queue = queue.Queue(maxsize=self.cfg.prefetch)
-        live = self._live(self._cursors)
-        for r in self._readers:
-            r.open({p: self._cursors[p].offset for p in r.partitions if p in live}, self._skips)
-        self._thread = threading.Thread(
-            target=self._run,
-            args=(dict(self._cursors), self._current, live, self._lineage.remaining(len(self.dead_letters))),
-            daemon=True,
-            name="kafka-block-prefetch",
-        )
+        items = self.source.start(self._lineage.remaining(len(self.dead_letters)))
+        self._thread = threading.Thread(target=self._run, args=(items,), daemon=True, name=self.source.thread_name)
         self._thread.start()
 
     def _join(self) -> None:
@@ -368,18 +284,12 @@ class KafkaBlockLoader:
                 except queue.Empty:
                     self._thread.join(0.05)
             self._thread = None
-        for r in self._readers:
+        for r in self.source.readers:
             r.close()
 
     def _stop_prefetch(self) -> None:
         self._join()
-        # rewind the assembler to what was delivered; prefetched batches are thrown away
-        self._cursors = {
-            int(p): Cursor(c["offset"], c["block"]) for p, c in self._delivered_state["partitions"].items()
-        }
-        self._current = self._delivered_state["current"]
-        if self._delivered_state["interleave"] is not None:
-            self._interleaver.set_state(self._delivered_state["interleave"])
+        self.source.restore(self._delivered_state)  # prefetched batches are thrown away
         self._finished = False
 
     def _put(self, item: Any) -> bool:
@@ -391,9 +301,9 @@ class KafkaBlockLoader:
                 continue
         return False
 
-    def _run(self, cursors: dict[int, Cursor], current: int | None, live: set[int], budget: int) -> None:
+    def _run(self, items: Iterator[Any]) -> None:
         try:
-            for item in self._assembler.run(self._interleaver, cursors, current, live, budget):
+            for item in items:
                 if not self._put(item):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread, raised by __next__

@@ -1,4 +1,4 @@
-"""A `KafkaBlockLoader` that draws blocks by domain at configured proportions (`LoaderConfig.mixture`).
+"""The domain-mixture block source of `KafkaBlockLoader`: blocks drawn by domain at configured proportions.
 
     loader = make_loader(LoaderConfig(..., mixture=MixtureConfig(proportions={"en_web": 0.7, "code": 0.3})))
 
@@ -35,8 +35,6 @@ count what they fetched of them (`outside_blocks`, approximate: counted at fetch
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,28 +42,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipeline_project.streaming.assembler import Batch, BatchAssembler, End, Stream
+from pipeline_project.streaming.block_source import SeekPlan, SourceContext
 from pipeline_project.streaming.loader import KafkaBlockLoader
 from pipeline_project.streaming.loader_config import LoaderConfig
 from pipeline_project.streaming.mixture import MixtureSampler, RankMixture
 from pipeline_project.streaming.partition_reader import PartitionReader
-from pipeline_project.streaming.preflight import partition_bounds
-from pipeline_project.streaming.state import (
-    Cursor,
-    Interleaver,
-    make_state,
-    merge_positions,
-    merge_states,
-    parse_cursors,
-    position_entries,
-    resolve_state,
-)
+from pipeline_project.streaming.state import Cursor, Interleaver, merge_positions, merge_states, position_entries
 from pipeline_project.streaming.stripes import Skips
 
 log = logging.getLogger(__name__)
 
 
 def make_loader(cfg: LoaderConfig) -> KafkaBlockLoader:
-    """The plain loader, or the mixture loader when `cfg.mixture` is set."""
+    """The loader with the plain interleave, or with the domain mixture (`DomainMixture`) when `cfg.mixture` is set."""
     return MixtureBlockLoader(cfg) if cfg.mixture is not None else KafkaBlockLoader(cfg)
 
 
@@ -155,64 +144,55 @@ class MixtureAssembler(BatchAssembler):
         return DomainExhausted(domain, policy, mix.rank, draws, sum(mix.delivered.values()), time.time())
 
 
-class MixtureBlockLoader(KafkaBlockLoader):
-    """`KafkaBlockLoader` whose batches follow `cfg.mixture`; see the module docstring."""
+class DomainMixture:
+    """The block source (`block_source.BlockSource`) whose batches follow `cfg.mixture`; see the module docstring."""
 
-    def __init__(self, cfg: LoaderConfig):
+    thread_name = "kafka-mixture-prefetch"
+
+    def __init__(self, ctx: SourceContext):
+        cfg = ctx.cfg
         if cfg.mixture is None:
-            raise ValueError("MixtureBlockLoader needs LoaderConfig.mixture")
-        super().__init__(cfg)
+            raise ValueError("DomainMixture needs LoaderConfig.mixture")
+        self.ctx = ctx
         self.mixture = cfg.mixture
         self.domains = tuple(cfg.mixture.proportions)
-        self.mixture_events: list[DomainExhausted] = []
-        self._retired: dict[str, Any] = {}  # saved domain positions of domains no longer in the mixture
-        self._domain_skips: dict[str, dict[int, Skips]] = {}  # per domain: stripes.Skips of an earlier layout
-        self._readers = []
+        self.events: list[DomainExhausted] = []
+        self.retired: dict[str, Any] = {}  # saved domain positions of domains no longer in the mixture
+        self.domain_skips: dict[str, dict[int, Skips]] = {}  # per domain: stripes.Skips of an earlier layout
+        self.readers: list[PartitionReader] = []
         self.streams: dict[str, Stream] = {}
         for i, d in enumerate(self.domains):
-            readers = [self._domain_reader(d, w, ps, primary=i == 0) for w, ps in self.workers.items()]
-            self._readers.extend(readers)
-            self.streams[d] = Stream(readers, self._domain_interleaver(d), dict(self._start_cursors), None, set())
+            readers = [self._domain_reader(d, w, ps, primary=i == 0) for w, ps in ctx.workers.items()]
+            self.readers.extend(readers)
+            self.streams[d] = Stream(readers, self._domain_interleaver(d), dict(ctx.start_cursors), None, set())
         self.mix = self._new_mix()
-        self._assembler = MixtureAssembler(
-            self._readers, topic=cfg.topic, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-            end_offsets=self._end_offsets, idle_timeout_s=cfg.idle_timeout_s, poll_timeout_s=cfg.poll_timeout_s,
-            trace=cfg.trace, pin_memory=self.pin, snapshot=self._snapshot, stop=self._stop,
-            allow_data_loss=cfg.allow_data_loss, stall_timeout_s=cfg.stall_timeout_s,
-        )  # fmt: skip
-        self._delivered_state = self._mixture_snapshot()
+        self.assembler = ctx.assembler(self.readers, lambda cursors, current: self.snapshot(), MixtureAssembler)
 
     def _domain_reader(self, domain: str, worker: int, partitions: Sequence[int], *, primary: bool) -> PartitionReader:
-        cfg = self.cfg
-        return PartitionReader(
-            cfg.kafka, cfg.topic, partitions, worker=worker, client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{worker}.{domain}",
-            seq_len=cfg.seq_len, expected_tokenizer_hash=cfg.expected_tokenizer_hash, end_offsets=self._end_offsets,
-            consume_messages=cfg.consume_messages, max_buffered_messages=cfg.max_buffered_messages,
-            allow_data_loss=cfg.allow_data_loss, domain=domain, primary=primary, known_domains=frozenset(self.domains),
-            shares=self.shares,
-        )  # fmt: skip
+        return self.ctx.reader(worker, partitions, suffix=f".{domain}", domain=domain, primary=primary,
+                               known_domains=frozenset(self.domains))  # fmt: skip
 
     def _domain_interleaver(self, domain: str) -> Interleaver:
-        return Interleaver(self.workers, seed=domain_seed(self.cfg.seed, domain), rank=self.cfg.rank)
+        cfg = self.ctx.cfg
+        return Interleaver(self.ctx.workers, seed=domain_seed(cfg.seed, domain), rank=cfg.rank)
 
     def _new_mix(self) -> RankMixture:
-        cfg = self.cfg
+        cfg = self.ctx.cfg
         sampler = MixtureSampler(cfg.mixture.proportions, seed=cfg.seed)
         return RankMixture(sampler, rank=cfg.rank, world_size=cfg.world_size, batch_size=cfg.batch_size)
 
     # -- state --------------------------------------------------------------------------------
 
-    def _mixture_snapshot(self) -> dict[str, Any]:
-        cfg = self.cfg
-        low = {p: min((s.cursors[p] for s in self.streams.values()), key=_order) for p in self.partitions}
+    def merge(self, states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return merge_mixture_states(states)
+
+    def snapshot(self) -> dict[str, Any]:
+        ctx = self.ctx
+        low = {p: min((s.cursors[p] for s in self.streams.values()), key=_order) for p in ctx.partitions}
         first = next(iter(self.streams.values()))
-        state = make_state(
-            topic=cfg.topic, topic_id=self.topic_id, rank=cfg.rank, world_size=cfg.world_size,
-            num_workers=cfg.num_workers, seed=cfg.seed, cursors={p: Cursor(c.offset, c.block) for p, c in low.items()},
-            current=None, interleave=first.il.get_state(), shares=self.shares, topic_partitions=len(self.all_partitions),
-        )  # fmt: skip
+        state = ctx.state({p: Cursor(c.offset, c.block) for p, c in low.items()}, None, first.il.get_state(), None)
         domains = {
-            d: {"partitions": position_entries(s.cursors, self.shares, self._domain_skips.get(d)),
+            d: {"partitions": position_entries(s.cursors, ctx.shares, self.domain_skips.get(d)),
                 "current": s.current, "interleave": s.il.get_state()}
             for d, s in self.streams.items()
         }  # fmt: skip
@@ -220,17 +200,12 @@ class MixtureBlockLoader(KafkaBlockLoader):
             "config": self.mixture.model_dump(mode="json"),
             "rank": self.mix.state_dict(),
             "domains": domains,
-            "retired": dict(self._retired),
+            "retired": dict(self.retired),
         }
         return state
 
-    def _snapshot(self, cursors: Mapping[int, Cursor], current: int | None) -> dict[str, Any]:
-        if not hasattr(self, "streams"):  # the plain loader's constructor, before the domain streams exist
-            return super()._snapshot(cursors, current)
-        return self._mixture_snapshot()
-
-    def _restore(self, state: Mapping[str, Any]) -> None:
-        """Rewind the streams and the mixture to a snapshot this loader took."""
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Rewind the streams and the mixture to a snapshot this source took."""
         mixture = state["mixture"]
         for d, s in self.streams.items():
             saved = mixture["domains"][d]
@@ -239,93 +214,85 @@ class MixtureBlockLoader(KafkaBlockLoader):
             s.il.set_state(saved["interleave"])
         self.mix.load_state_dict(mixture["rank"])
 
-    def _stop_prefetch(self) -> None:
-        self._join()
-        self._restore(self._delivered_state)
-        self._finished = False
+    def plan_seek(self, state: Mapping[str, Any], own: bool, bounds: Any) -> SeekPlan:
+        """Every domain's starts: its saved cursors, else (new domain, plain state) the state's low watermark."""
+        saved_domains = (state.get("mixture") or {}).get("domains") or {}
+        starts = {}
+        for d in self.streams:
+            saved = saved_domains.get(d)
+            starts[d] = self.ctx.checked_starts(saved["partitions"] if saved else state["partitions"], own, bounds)
+        return SeekPlan(state, own, starts)
 
-    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
-        """Seek every domain stream to its saved position; see the module docstring for what may change."""
-        cfg = self.cfg
-        self._lineage.load(state, len(self.dead_letters))
-        state, layout = resolve_state(state, self._fits, merge_mixture_states)
-        parse_cursors(state, topic=cfg.topic, topic_id=self.topic_id)
-        mixture = state.get("mixture") or {}
+    def seek(self, plan: SeekPlan) -> None:
+        """Seek every domain stream to its planned start; see the module docstring for what may change."""
+        mixture = plan.state.get("mixture") or {}
         saved_domains = dict(mixture.get("domains") or {})
-        bounds = partition_bounds(self._admin, cfg.topic, self.partitions, cfg.metadata_timeout_s)
-        self._stop_prefetch()
-        self._domain_skips = {}
+        self.domain_skips = {}
         for d, s in self.streams.items():
             saved = saved_domains.pop(d, None)
-            entries = saved["partitions"] if saved else state["partitions"]
-            s.cursors, skips, skipped = self._checked_starts(entries, layout, bounds)
-            self._domain_skips[d] = skips
-            self._record_data_loss(skipped)
-            if saved and layout and saved.get("interleave") is not None:
+            s.cursors, self.domain_skips[d], skipped = plan.starts[d]
+            if saved and plan.own and saved.get("interleave") is not None:
                 s.il.set_state(saved["interleave"])
                 s.current = None if any(x.partition == saved["current"] for x in skipped) else saved["current"]
             else:
                 s.il, s.current = self._domain_interleaver(d), None
-        self._retired = {**dict(mixture.get("retired") or {}), **saved_domains}
+        self.retired = {**dict(mixture.get("retired") or {}), **saved_domains}
         self.mix = self._new_mix()
         if mixture.get("rank"):
-            exact = self.mix.load_state_dict(mixture["rank"], same_layout=layout)
+            exact = self.mix.load_state_dict(mixture["rank"], same_layout=plan.own)
             if not exact:
                 log.info("mixture proportions, seed or layout changed since the checkpoint (%s -> %s): each domain "
                          "continues at its own cursors, the new proportions hold from here",
-                         mixture.get("config", {}).get("proportions"), cfg.mixture.proportions)  # fmt: skip
-        self._delivered_state = self._mixture_snapshot()
-        self._finished = False
+                         mixture.get("config", {}).get("proportions"), self.mixture.proportions)  # fmt: skip
 
     # -- running ------------------------------------------------------------------------------
 
-    def _start(self) -> None:
-        self._stop.clear()
-        self._queue = queue.Queue(maxsize=self.cfg.prefetch)
+    def start(self, budget: int) -> Iterator[Batch | End]:
         for d, s in self.streams.items():
-            s.live = self._live(s.cursors)
-            skips = self._domain_skips.get(d)
+            s.live = self.ctx.live(s.cursors)
+            skips = self.domain_skips.get(d)
             for r in s.readers:
                 r.open({p: s.cursors[p].offset for p in r.partitions if p in s.live}, skips)
-        budget = self._lineage.remaining(len(self.dead_letters))
-        self._thread = threading.Thread(target=self._run_mixture, args=(budget,), daemon=True,
-                                        name="kafka-mixture-prefetch")  # fmt: skip
-        self._thread.start()
-
-    def _run_mixture(self, budget: int) -> None:
         policy = self.mixture.on_domain_exhausted
-        try:
-            items = self._assembler.run_mixture(self.mix, self.streams, policy, budget, self._mixture_snapshot)
-            for item in items:
-                if not self._put(item):
-                    return
-        except BaseException as exc:  # noqa: BLE001 - handed to the training thread, raised by __next__
-            self._put(exc)
+        return self.assembler.run_mixture(self.mix, self.streams, policy, budget, self.snapshot)
 
-    def _account(self, item: Any) -> None:
-        super()._account(item)
+    def account(self, item: Batch | End) -> None:
         for event in item.events:
             log.warning("mixture: domain %r ran dry on rank %d after %d draws (on_domain_exhausted=%s)",
                         event.domain, event.rank, event.draws, event.policy)  # fmt: skip
-            self.mixture_events.append(event)
+            self.events.append(event)
 
     def metrics(self) -> dict[str, Any]:
-        figures = super().metrics()
-        figures["mixture"] = self.mixture_figures()
-        return figures
+        return {"mixture": self.figures()}
 
-    def mixture_figures(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         """Target and realized shares (global sequence), this rank's delivered blocks, dry events, outside blocks."""
         sampler = self.mix.sampler
         outside: dict[str, int] = {}
-        for r in self._readers:
+        for r in self.readers:
             for d, n in r.outside_blocks.items():
                 outside[d] = outside.get(d, 0) + n
         return {
             "target": sampler.target(),
             "realized": sampler.realized(),
             "delivered": dict(self.mix.delivered),
-            "exhausted": sorted({e.domain for e in self.mixture_events}),
-            "events": [asdict(e) for e in self.mixture_events],
+            "exhausted": sorted({e.domain for e in self.events}),
+            "events": [asdict(e) for e in self.events],
             "outside_blocks": outside,
         }
+
+
+class MixtureBlockLoader(KafkaBlockLoader):
+    """A `KafkaBlockLoader` whose block source is `DomainMixture`, with the mixture's figures as public views."""
+
+    def __init__(self, cfg: LoaderConfig):
+        if cfg.mixture is None:
+            raise ValueError("MixtureBlockLoader needs LoaderConfig.mixture")
+        super().__init__(cfg, source=DomainMixture)
+
+    @property
+    def mixture_events(self) -> list[DomainExhausted]:
+        return self.source.events
+
+    def mixture_figures(self) -> dict[str, Any]:
+        return self.source.figures()

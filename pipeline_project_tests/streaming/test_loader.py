@@ -130,7 +130,7 @@ def test_resume_is_a_seek_not_a_replay(kafka, topic4):
     # without iterating, the first fetch of every partition starts at the saved offset
     loader._start()
     try:
-        for r in loader._readers:
+        for r in loader.source.readers:
             assigned = {tp.partition: tp.offset for tp in r.consumer.assignment()}
             for p, off in assigned.items():
                 assert off == state["partitions"][str(p)]["offset"]
