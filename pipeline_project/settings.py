@@ -70,6 +70,10 @@ def _env(name: str, default: str) -> str:
     return value if value else default
 
 
+def _off_is_empty(value: str) -> str:
+    return "" if value.strip().lower() == "off" else value
+
+
 def _env_or_none(name: str) -> str | None:
     return os.environ.get(name) or None
 
@@ -238,11 +242,11 @@ class Settings:
         default_factory=lambda: int(_env("PIPELINE_TRAINING_MAX_RUNTIME_S", str(DEFAULT_TRAINING_MAX_RUNTIME_S)))
     )
     # Prometheus (pipeline_project/metrics.py): the trainer's /metrics base port (rank r serves base + local rank;
-    # unset or 0: off), and the Pushgateway short-lived Dagster steps push to (unset: the local stack's)
+    # unset or 0: off), and the Pushgateway short-lived Dagster steps push to (unset: the local stack's; "off": none)
     metrics_port: int = field(default_factory=lambda: int(_env("PIPELINE_METRICS_PORT", "0")))
     pushgateway_url: str = field(
-        default_factory=lambda: _env(
-            "PIPELINE_PUSHGATEWAY_URL", _local_url("PIPELINE_PUSHGATEWAY_PORT", LOCAL_PUSHGATEWAY_PORT)
+        default_factory=lambda: _off_is_empty(
+            _env("PIPELINE_PUSHGATEWAY_URL", _local_url("PIPELINE_PUSHGATEWAY_PORT", LOCAL_PUSHGATEWAY_PORT))
         )
     )
 

@@ -90,6 +90,7 @@ class Cluster:
             **self.spec.stack_config().client_env(),
             "PIPELINE_CLUSTER_HOST": host.name,
             "PIPELINE_CLUSTER_ADDRESS": host.address,
+            "PIPELINE_PUSHGATEWAY_URL": "off",  # no Prometheus host in the cluster; never the loopback default
             "TMPDIR": "/tmp",  # the host's own (netns.ON_HOST)
         }
 

@@ -106,3 +106,19 @@ def test_hosts_have_distinct_addresses_names_and_dirs_and_run_in_their_namespace
     argv = wrap(HOSTS["trainer-1"], ["python", "-V"])
     assert argv[:4] == ("ip", "netns", "exec", "pp-trainer-1") and argv[-2:] == ("python", "-V")
     assert str(HOSTS["trainer-1"].tmp) in argv
+
+
+def test_no_setting_of_a_cluster_process_points_at_loopback(monkeypatch):
+    from pipeline_project.cluster import Cluster
+    from pipeline_project.settings import Settings
+
+    for key, value in Cluster(SPEC).env(HOSTS["trainer-1"]).items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    loopback = {
+        f.name: value
+        for f in dataclasses.fields(settings)
+        if isinstance(value := getattr(settings, f.name), str) and ("127.0.0.1" in value or "localhost" in value)
+    }
+    assert loopback == {}
+    assert settings.pushgateway_url == ""  # "off": the cluster has no Prometheus host
