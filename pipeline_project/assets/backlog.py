@@ -84,8 +84,10 @@ def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None =
     state = state if state is not None else BacklogState()
     last_ckpt = instance.fetch_materializations(CHECKPOINT_KEY, limit=1).records
     checkpoint_id = last_ckpt[0].storage_id if last_ckpt else 0
-    position = plain_metadata(last_ckpt[0].asset_materialization).get("end_position") if last_ckpt else None
+    ckpt_meta = plain_metadata(last_ckpt[0].asset_materialization) if last_ckpt else {}
+    position = ckpt_meta.get("end_position")
     position = position if isinstance(position, dict) else None
+    ckpt_topic = ckpt_meta.get("topic")  # a position is a position in its own topic (None: checkpoints before it)
     if not state.follows(checkpoint_id, position):
         state.after, state.pending = 0, {}
     for storage_id, batch, meta in _materializations_after(instance, state.after):
@@ -95,8 +97,10 @@ def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None =
         state.after = storage_id
     state.checkpoint_id, state.position = checkpoint_id, position
     parts: list[tuple[int, float]] = []
-    for batch, (storage_id, batch_tokens, ranges, _topic) in list(state.pending.items()):
-        if ranges is not None and position is not None:
+    for batch, (storage_id, batch_tokens, ranges, topic) in list(state.pending.items()):
+        if ckpt_topic and topic and topic != ckpt_topic:
+            share = 1.0  # the newest checkpoint trained another topic: it says nothing of this batch
+        elif ranges is not None and position is not None:
             share = untrained_share(ranges, position)
         else:  # no position (no checkpoint yet) or no ranges to compare: untrained if newer than the checkpoint
             share = 1.0 if storage_id > checkpoint_id else 0.0

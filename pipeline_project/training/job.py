@@ -138,3 +138,4 @@ class TrainJobResult(BaseModel):
     model_version: str | None = None  # its version for this invocation's last checkpoint (alias latest-checkpoint)
     model_version_url: str | None = None
     loss_curve_url: str | None = None  # the loss-curve PNG, served by the MLflow tracking server
+    topic: str | None = None  # the topic trained on: `end_position` is a position in it

@@ -58,7 +58,15 @@ def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
     for key in ("final_loss", "tokens_per_s", "data_wait_fraction"):
         if getattr(result, key) is not None:
             metadata[key] = getattr(result, key)
-    for key in ("checkpoint_uri", "hf_uri", "resumed_from", "mlflow_run_id", "mlflow_model_uri", "mlflow_error"):
+    for key in (
+        "topic",
+        "checkpoint_uri",
+        "hf_uri",
+        "resumed_from",
+        "mlflow_run_id",
+        "mlflow_model_uri",
+        "mlflow_error",
+    ):
         if getattr(result, key):
             metadata[key] = getattr(result, key)
     if result.mlflow_run_url:

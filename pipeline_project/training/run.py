@@ -337,6 +337,7 @@ def _result(
         data_wait_fraction=sum(waits) / len(waits) if waits else None,
         stop_reason=result.stop_reason,
         wall_s=wall_s,
+        topic=inv.job.topic,
         dead_letters=dead_letters,
         mlflow_error=progress.mlflow_error,
         registered_model=progress.registered_model if progress.model_version else None,

@@ -203,3 +203,26 @@ def test_a_cursor_of_the_earlier_format_keeps_its_backlog_and_a_garbled_one_star
     assert state.backlog.after == 7 and state.backlog.pending == {"b1": [7, 100, None, None]} and state.failures == 0
     assert TriggerCursor.from_cursor(state.to_cursor()) == state
     assert TriggerCursor.from_cursor("{not json") == TriggerCursor()
+
+
+def test_a_checkpoint_of_another_topic_does_not_mark_this_topics_batches_trained():
+    """Two topics in one instance: the newest checkpoint's position is a position in its own topic only."""
+    from pipeline_project.assets.checkpoint import untrained_topic_batches
+
+    with dg.instance_for_test() as instance:
+        for batch, topic in (("a1", "topic-a"), ("b1", "topic-b")):
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    "token_blocks",
+                    partition=batch,
+                    metadata={"tokens": 100, "offset_ranges": {"0": [0, 9]}, "topic": topic},
+                )
+            )
+        instance.report_runless_asset_event(  # topic-a trained to its end
+            dg.AssetMaterialization(
+                "deepseek_checkpoint",
+                metadata={"end_position": dg.MetadataValue.json({"0": {"offset": 10, "block": 0}}), "topic": "topic-a"},
+            )
+        )
+        assert untrained_topic_batches(instance, "topic-a") == {}
+        assert untrained_topic_batches(instance, "topic-b") == {"b1": {"0": [0, 9]}}
