@@ -99,8 +99,8 @@ def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None =
     parts: list[tuple[int, float]] = []
     for batch, (storage_id, batch_tokens, ranges, topic) in list(state.pending.items()):
         if ckpt_topic and topic and topic != ckpt_topic:
-            share = 1.0  # the newest checkpoint trained another topic: it says nothing of this batch
-        elif ranges is not None and position is not None:
+            continue  # the newest checkpoint trained another topic: it says nothing of this batch, which stays listed
+        if ranges is not None and position is not None:
             share = untrained_share(ranges, position)
         else:  # no position (no checkpoint yet) or no ranges to compare: untrained if newer than the checkpoint
             share = 1.0 if storage_id > checkpoint_id else 0.0

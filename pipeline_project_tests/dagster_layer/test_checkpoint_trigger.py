@@ -226,3 +226,4 @@ def test_a_checkpoint_of_another_topic_does_not_mark_this_topics_batches_trained
         )
         assert untrained_topic_batches(instance, "topic-a") == {}
         assert untrained_topic_batches(instance, "topic-b") == {"b1": {"0": [0, 9]}}
+        assert untrained_backlog(instance).tokens == 0  # nor counted for a trigger of topic-a's checkpoint
