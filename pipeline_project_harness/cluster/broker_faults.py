@@ -290,14 +290,9 @@ VICTIMS = {"cluster_broker_produce": ("controller", "coordinator", "leader"), "c
 def bench_trial(kind: str, i: int, state: dict) -> trials.TrialResult:
     """Trial `i` of a broker-cut kind; the first one brings up a cluster of its own (prefix ppk, 10.83.0.0/24)."""
     if "broker_cluster" not in state:
-        from pipeline_project.cluster import ClusterSpec
-        from pipeline_project.stack.config import REPO_ROOT
+        from pipeline_project_harness.cluster.spec import fresh_cluster
 
-        cluster = Cluster(ClusterSpec(root=REPO_ROOT / ".cluster" / "reliability-ppk", prefix="ppk",
-                                      subnet="10.83.0.0/24"))  # fmt: skip
-        cluster.down(wipe=True)
-        state["broker_cluster"] = cluster
-        cluster.up(timeout=300)
+        state["broker_cluster"] = fresh_cluster("reliability-ppk", "ppk", "10.83.0.0/24")
     victims = VICTIMS[kind]
     produce = kind == "cluster_broker_produce"
     (result,) = broker_cut(state["broker_cluster"], produce=produce, load=not produce, victim=victims[i % len(victims)])

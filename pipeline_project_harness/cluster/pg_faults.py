@@ -200,14 +200,9 @@ def daemon_kill(cs: ClusterStack, instance, *, seed: int, down_s: float = 20.0) 
 def bench_trial(kind: str, i: int, state: dict) -> TrialResult:
     """Trial `i` of a cluster kind; the first one brings up a cluster of its own (prefix ppr, 10.81.0.0/24)."""
     if "cluster" not in state:
-        from pipeline_project.cluster import ClusterSpec
-        from pipeline_project.stack.config import REPO_ROOT
+        from pipeline_project_harness.cluster.spec import fresh_cluster
 
-        cluster = Cluster(ClusterSpec(root=REPO_ROOT / ".cluster" / "reliability", prefix="ppr",
-                                      subnet="10.81.0.0/24"))  # fmt: skip
-        cluster.down(wipe=True)
-        state["cluster"] = cluster
-        cluster.up(timeout=300)
+        cluster = state["cluster"] = fresh_cluster("reliability", "ppr", "10.81.0.0/24")
         state["cs"] = ClusterStack(cluster)
         state["cluster_instance"] = df.dagster_instance(state["cs"])
     cs, instance = state["cs"], state["cluster_instance"]

@@ -16,3 +16,13 @@ SPEC = ClusterSpec(
     subnet=os.environ.get("PP_TEST_CLUSTER_SUBNET", "10.78.0.0/24"),
 )
 CLI_OPTS = ["cluster", "--dir", str(SPEC.root), "--prefix", SPEC.prefix, "--subnet", SPEC.subnet]
+
+
+def fresh_cluster(name: str, prefix: str, subnet: str):
+    """A benchmark's own cluster under .cluster/<name>: whatever an interrupted run left is wiped, then it is up."""
+    from pipeline_project.cluster import Cluster
+
+    cluster = Cluster(ClusterSpec(root=REPO_ROOT / ".cluster" / name, prefix=prefix, subnet=subnet))
+    cluster.down(wipe=True)
+    cluster.up(timeout=300)
+    return cluster
