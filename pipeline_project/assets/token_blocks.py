@@ -67,13 +67,13 @@ def token_blocks(
     mlflow: MlflowResource,
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning import read_shard_manifest
-    from pipeline_project.cleaning.publish import iter_shard_documents
 
     batch_id = context.partition_key
     client = s3.get_client()
     manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir(batch_id))
     cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
-    report = _produce(kafka, layout, iter_shard_documents(client, layout.bucket, manifest), batch_id, manifest)
+    documents, rehydration = batch_documents(client, layout, manifest)
+    report = _produce(kafka, layout, documents, batch_id, manifest, rehydration)
     push_batch_metrics("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
     mlflow_url = None if report.reused else _log_produce_run(context, mlflow, layout, manifest, report)
     context.log.info(f"batch {batch_id}: {report.blocks} blocks, {report.tokens} tokens, reused={report.reused}")
@@ -81,7 +81,20 @@ def token_blocks(
     return dg.MaterializeResult(metadata=produce_metadata(layout, report, dropped_by_reason, mlflow_url))
 
 
-def _produce(kafka: KafkaResource, layout: PipelineLayout, documents, batch_id: str, manifest):
+def batch_documents(client, layout: PipelineLayout, manifest):
+    """The batch's kept documents as the producer reads them, and the rehydration fingerprint ("" when off):
+    with `layout.rehydration`, each with its weight, frozen from the batch's attribute file."""
+    from pipeline_project.cleaning.publish import iter_shard_documents
+    from pipeline_project.cleaning.rehydration import batch_weights, fingerprint, iter_weighted_documents
+
+    config = layout.rehydration_config()
+    if not config.enabled:
+        return iter_shard_documents(client, layout.bucket, manifest), ""
+    weights = batch_weights(client, layout.bucket, manifest, config)
+    return iter_weighted_documents(client, layout.bucket, manifest, weights), fingerprint(config, weights)
+
+
+def _produce(kafka: KafkaResource, layout: PipelineLayout, documents, batch_id: str, manifest, rehydration: str):
     """Make sure the topic exists as the layout says, then produce the batch's documents into it, once."""
     kafka.ensure_topic(
         layout.topic,
@@ -100,6 +113,7 @@ def _produce(kafka: KafkaResource, layout: PipelineLayout, documents, batch_id: 
         content_hash=manifest.content_hash(),
         max_message_bytes=layout.message_bytes,
         fim=layout.fim_policy(),
+        **({"rehydration": rehydration} if rehydration else {}),
     )
 
 
@@ -166,10 +180,23 @@ def produce_metadata(layout: PipelineLayout, report, dropped_by_reason: dict, ml
     }
     if report.domains:
         metadata.update(domain_metadata(report.domains))
+    metadata.update(rehydration_counts(report))
     metadata.update(corpus_counts(report.domains, dropped_by_reason))
     if mlflow_url:
         metadata["mlflow_run"] = dg.MetadataValue.url(mlflow_url)
     return metadata
+
+
+def rehydration_counts(report) -> dict[str, int]:
+    """With rehydration on: documents packed more than once and the extra copies (documents are still counted
+    once in `domains`' docs; the copies are extra blocks, not extra documents)."""
+    packing = report.packing or {}
+    if "rehydration_copies" not in packing:
+        return {}
+    return {
+        "rehydrated_docs": int(packing["rehydrated_docs"]),
+        "rehydration_copies": int(packing["rehydration_copies"]),
+    }
 
 
 def domain_metadata(domains: dict) -> dict:
@@ -179,6 +206,9 @@ def domain_metadata(domains: dict) -> dict:
         metadata[f"blocks_{d}"] = c["blocks"]
         if "fim_docs" in c:  # documents laid out for fill-in-the-middle (FIM on)
             metadata[f"fim_docs_{d}"] = c["fim_docs"]
+        if "rehydration_copies" in c:  # rehydration on: documents repeated, extra copies packed
+            metadata[f"rehydrated_docs_{d}"] = c["rehydrated_docs"]
+            metadata[f"rehydration_copies_{d}"] = c["rehydration_copies"]
     return metadata
 
 

@@ -6,14 +6,18 @@ N times, N=4 three times, 5 <= N < 100 five times, 100 <= N < 1000 eight times, 
 clusters are assumed to be boilerplate or spam). Moderately duplicated text is upsampled, heavily duplicated
 text is not.
 
-Here N = 1 + exact copies + near copies (`dedup_copies`, the attribute file's `copies_exact`/`copies_near`).
-`rehydrate` is the hook: it repeats shard records by their weight, deterministically, and is meant to sit
-between reading a batch's shards and tokenizing them. It is off by default and not yet called by `token_blocks`
-(see docs/corpus.md: the weight must be frozen per batch before producing, or exactly-once breaks).
+Here N = 1 + exact copies + near copies, read from the batch's attribute file (`copies_exact`/`copies_near` as
+recorded when the batch was cleaned), never from the live index: the weights are frozen per batch, so a re-run
+or a retry of `token_blocks` produces the same blocks. `iter_weighted_documents` is the shard reader of the
+token path with the weights attached: `(domain, text)` for a document seen once (today's stream, unchanged),
+`(domain, text, weight)` for one to repeat; the tokenizer stage (`streaming.tokenize_produce`) tokenizes it once
+and packs it `weight` times. `fingerprint` enters the ledger's fingerprint (as FIM's does).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 
 from pydantic import BaseModel, Field
@@ -51,8 +55,51 @@ def weight_table(copies: Mapping[str, tuple[int, int]], config: RehydrationConfi
     return {d: weight(cluster_size(e, n, config.count_near), config) for d, (e, n) in copies.items()}
 
 
-def rehydrate(records: Iterable[dict], weights: Mapping[str, int]) -> Iterator[dict]:
-    """Each shard record `weights[id]` times (once if absent), the repeats right after it. Deterministic."""
-    for record in records:
-        for _ in range(max(1, int(weights.get(record["id"], 1)))):
-            yield record
+def with_weights(records: Iterable[dict], weights: Mapping[str, int]) -> Iterator[tuple]:
+    """Shard records as the token path's documents: `(domain, text)`, or `(domain, text, weight)` when the
+    document repeats (`weights[id]` > 1)."""
+    for rec in records:
+        w = int(weights.get(rec["id"], 1))
+        yield (rec.get("domain") or None, rec["text"], w) if w > 1 else (rec.get("domain") or None, rec["text"])
+
+
+def batch_weights(client, bucket: str, manifest, config: RehydrationConfig) -> dict[str, int]:
+    """{doc_id: weight} of the batch's kept documents that repeat (weight > 1), from its attribute file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not config.enabled:
+        return {}
+    if not getattr(manifest, "attributes", ""):
+        raise ValueError(f"batch {manifest.batch_id}: no attribute file (cleaned before copy counts); re-clean it "
+                         "or produce it with rehydration off")  # fmt: skip
+    data = client.get_object(Bucket=bucket, Key=manifest.attributes)["Body"].read()
+    if manifest.attributes_sha256 and hashlib.sha256(data).hexdigest() != manifest.attributes_sha256:
+        raise ValueError(f"batch {manifest.batch_id}: {manifest.attributes} differs from the manifest's sha256")
+    cols = ["doc_id", "decision", "copies_exact", "copies_near"]
+    table = pq.read_table(pa.BufferReader(data), columns=cols).to_pydict()
+    out = {}
+    for doc, decision, exact, near in zip(*(table[c] for c in cols), strict=True):
+        w = weight(cluster_size(exact, near, config.count_near), config) if decision == "kept" else 1
+        if w > 1:
+            out[doc] = w
+    return out
+
+
+def iter_weighted_documents(client, bucket: str, manifest, weights: Mapping[str, int]) -> Iterator[tuple]:
+    """The batch's kept documents in shard order (as `publish.iter_shard_documents`), with their weights."""
+    from pipeline_project.cleaning.shards import read_shard
+
+    for entry in manifest.shards:
+        data = client.get_object(Bucket=bucket, Key=entry.key)["Body"].read()
+        yield from with_weights(read_shard(data), weights)
+
+
+def fingerprint(config: RehydrationConfig, weights: Mapping[str, int]) -> str:
+    """ "" when off (the ledger fingerprint of a batch produced without it stays), else a sha256 prefix of the
+    config and the batch's frozen weights: producing a batch again with other weights is refused as other content."""
+    if not config.enabled:
+        return ""
+    body = json.dumps({"config": config.model_dump(mode="json"), "weights": sorted(weights.items()), "v": 1},
+                      sort_keys=True, separators=(",", ":"))  # fmt: skip
+    return "rehydrate:" + hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -91,12 +91,13 @@ class KafkaResource(dg.ConfigurableResource):
         return self.settings().make_consumer(**kwargs)
 
     def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
-                             source: str, ledger_key: str, content_hash: str,
-                             max_message_bytes: int, fim: Any = None) -> ProduceReport:  # fmt: skip
+                             source: str, ledger_key: str, content_hash: str, max_message_bytes: int,
+                             fim: Any = None, rehydration: str = "") -> ProduceReport:  # fmt: skip
         """Tokenize, pack and produce one batch in bounded transactions, with its ledger records, once per ledger key.
 
         `texts` may be `(domain, text)` pairs: packed per domain, each message with its `domain` header.
         `fim`: a `streaming.fim.FimPolicy` (None: no fill-in-the-middle).
+        `rehydration`: the fingerprint of the texts' weights (`cleaning.rehydration.fingerprint`; "" when off).
         """
         from pipeline_project.streaming.producer import ProducerConfig
         from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
@@ -112,7 +113,9 @@ class KafkaResource(dg.ConfigurableResource):
                 source=source,
                 ledger_key=ledger_key,
                 content_hash=content_hash,
-                config=ProducerConfig(max_message_bytes=max_message_bytes, **({"fim": fim} if fim else {})),
+                config=ProducerConfig(
+                    max_message_bytes=max_message_bytes, rehydration=rehydration, **({"fim": fim} if fim else {})
+                ),
                 ledger_index=index,
             )
 

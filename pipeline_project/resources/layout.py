@@ -33,6 +33,10 @@ class PipelineLayout(dg.ConfigurableResource):
     fim_mode: str = "psm"
     """"psm" (DeepSeek-V3) or "spm"."""
     fim_seed: int = 0
+    rehydration: bool = False
+    """FineWeb-2 rehydration (`cleaning.rehydration`): `token_blocks` packs each kept document as many times as
+    its duplicate-cluster size, frozen in the batch's attribute file, says (1x..8x). Off by default. Part of the
+    ledger fingerprint: a batch produced with it off is refused with it on, and the other way round."""
     message_bytes: int = DEFAULT_MESSAGE_BYTES
     """Target Kafka message size (`streaming.format.DEFAULT_MESSAGE_BYTES` says why this default)."""
     max_objects_per_batch: int = 500
@@ -69,6 +73,11 @@ class PipelineLayout(dg.ConfigurableResource):
         if not self.fim_code_rate:
             return FimPolicy()
         return FimPolicy(domains={"code": FimConfig(rate=self.fim_code_rate, mode=self.fim_mode)}, seed=self.fim_seed)
+
+    def rehydration_config(self):
+        from pipeline_project.cleaning.rehydration import RehydrationConfig
+
+        return RehydrationConfig(enabled=self.rehydration)
 
     def topic_config(self) -> dict[str, int | str]:
         """Topic configs the token topic is created with, and checked against when it exists. Compaction would

@@ -71,6 +71,8 @@ def domain_report(t: BatchTotals, seq_len: int, packer: DomainPackers | None) ->
     """Per-domain messages, blocks, real tokens, pad tokens (and documents, when the packer is at hand)."""
     per = packer.per_domain() if packer else {}
     keys = ("docs", "fim_docs") if packer is not None and packer.fim_docs is not None else ("docs",)
+    if packer is not None and packer.rehydrated is not None:
+        keys += ("rehydrated_docs", "rehydration_copies")
     return {
         d: {**c, "tokens": c["blocks"] * seq_len - c["pad_tokens"], **{k: per.get(d, {}).get(k, 0) for k in keys}}
         for d, c in sorted(t.domains.items())

@@ -106,7 +106,7 @@ class ProduceReport:
     # per domain (messages with a domain header): {"messages", "blocks", "tokens", "pad_tokens", "docs"}
     domains: dict[str, dict[str, int]] = field(default_factory=dict)
     retired_blocks: int = 0  # blocks of retired entries of this key still in the topic (`ledger_retire`)
-    packing_hash: str = ""  # FIM config (`fim.FimPolicy.fingerprint`); "" for plain packing and older records
+    packing_hash: str = ""  # FIM and rehydration (`tokenize_produce.packing_hash`); "" for plain packing, older records
 
     def to_ledger_json(self) -> bytes:
         d = asdict(self)

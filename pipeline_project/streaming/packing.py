@@ -34,8 +34,9 @@ class BlockPacker:
         self.padded_tokens = 0
         self.tail_tokens = 0  # real tokens of the partial tail, padded or dropped
 
-    def add(self, docs: Sequence[np.ndarray]) -> np.ndarray:
-        """Append documents; return the full blocks now available as (k, seq_len) uint32 (k may be 0)."""
+    def add(self, docs: Sequence[np.ndarray], copies: int = 0) -> np.ndarray:
+        """Append documents; return the full blocks now available as (k, seq_len) uint32 (k may be 0).
+        `copies`: how many of the (non-empty) `docs` are repeats of a document before them (not counted in `docs`)."""
         docs = [d for d in docs if len(d)]  # an empty document would only add a second EOS
         if not docs:
             return np.empty((0, self.seq_len), dtype=np.uint32)
@@ -44,7 +45,7 @@ class BlockPacker:
         stream = np.insert(body, np.cumsum(lengths), self.eos_id)
         if self.remainder.size:
             stream = np.concatenate([self.remainder, stream])
-        self.docs += len(docs)
+        self.docs += len(docs) - copies
         self.tokens_in += int(lengths.sum()) + len(docs)
         n_full = stream.size // self.seq_len
         cut = n_full * self.seq_len
@@ -95,6 +96,9 @@ class DomainPackers:
     `add(docs, domains)` returns `(domain, blocks)` pairs in the order the domains first appear in the call;
     `flush` pads (or drops) every domain's tail, in the order the domains first appeared in the stream. The
     counters and `stats()` are the sums over the domains; `per_domain()` has each domain's `stats()`.
+    `add(..., repeats)` packs each document `repeats[i]` times in a row (rehydration, `cleaning.rehydration`):
+    `docs` still counts documents; `rehydrated_docs` / `rehydration_copies` count those repeated and the extra
+    copies (present once a repeat was asked for).
     """
 
     def __init__(self, seq_len: int, eos_id: int):
@@ -102,22 +106,37 @@ class DomainPackers:
         self.eos_id = eos_id
         self.packers: dict[str | None, BlockPacker] = {}
         self.fim_docs: dict[str | None, int] | None = None  # documents laid out for FIM per domain (None: FIM off)
+        self.rehydrated: dict[str | None, list[int]] | None = None  # domain -> [documents repeated, extra copies]
 
     def _packer(self, domain: str | None) -> BlockPacker:
         if domain not in self.packers:
             self.packers[domain] = BlockPacker(self.seq_len, self.eos_id)
         return self.packers[domain]
 
-    def add(self, docs: Sequence[np.ndarray], domains: Sequence[str | None]) -> list[tuple[str | None, np.ndarray]]:
+    def add(
+        self, docs: Sequence[np.ndarray], domains: Sequence[str | None], repeats: Sequence[int] | None = None
+    ) -> list[tuple[str | None, np.ndarray]]:
         groups: dict[str | None, list[np.ndarray]] = {}
-        for doc, domain in zip(docs, domains, strict=True):
-            groups.setdefault(domain, []).append(doc)
+        copies: dict[str | None, int] = {}
+        for i, (doc, domain) in enumerate(zip(docs, domains, strict=True)):
+            n = max(1, int(repeats[i])) if repeats is not None and len(doc) else 1
+            groups.setdefault(domain, []).extend([doc] * n)
+            if n > 1:
+                self._note_repeat(domain, n - 1)
+                copies[domain] = copies.get(domain, 0) + n - 1
         out = []
         for domain, group in groups.items():
-            blocks = self._packer(domain).add(group)
+            blocks = self._packer(domain).add(group, copies.get(domain, 0))
             if len(blocks):
                 out.append((domain, blocks))
         return out
+
+    def _note_repeat(self, domain: str | None, extra: int) -> None:
+        if self.rehydrated is None:
+            self.rehydrated = {}
+        counts = self.rehydrated.setdefault(domain, [0, 0])
+        counts[0] += 1
+        counts[1] += extra
 
     def flush(self, pad: bool = True) -> list[tuple[str | None, np.ndarray]]:
         out = []
@@ -145,13 +164,19 @@ class DomainPackers:
                 total[k] += v
         if self.fim_docs is not None:
             total["fim_docs"] = sum(self.fim_docs.values())
+        if self.rehydrated is not None:
+            total["rehydrated_docs"] = sum(c[0] for c in self.rehydrated.values())
+            total["rehydration_copies"] = sum(c[1] for c in self.rehydrated.values())
         return total
 
     def per_domain(self) -> dict[str, dict[str, int]]:
         """Each labelled domain's packing counts (documents without a domain are left out)."""
-        fim = self.fim_docs
-        return {
-            d: {**p.stats(), **({"fim_docs": fim.get(d, 0)} if fim is not None else {})}
-            for d, p in self.packers.items()
-            if d is not None
-        }
+        fim, rehydrated = self.fim_docs, self.rehydrated
+        out = {}
+        for d, p in self.packers.items():
+            if d is None:
+                continue
+            out[d] = {**p.stats(), **({"fim_docs": fim.get(d, 0)} if fim is not None else {})}
+            if rehydrated is not None:
+                out[d]["rehydrated_docs"], out[d]["rehydration_copies"] = rehydrated.get(d, (0, 0))
+        return out

@@ -76,7 +76,8 @@ from pipeline_project.streaming.visibility import wait_until_visible
 
 log = logging.getLogger(__name__)
 
-Document = str | tuple[str | None, str]  # a text, or (domain, text)
+# a text, (domain, text), or (domain, text, weight): packed `weight` times in a row (`cleaning.rehydration`)
+Document = str | tuple[str | None, str] | tuple[str | None, str, int]
 
 
 class ProducerConfig(BaseModel):
@@ -101,6 +102,9 @@ class ProducerConfig(BaseModel):
     pad_tail: bool = True  # the batch's partial last block is padded (format.PAD_TOKEN), not dropped
     fim: FimPolicy = FimPolicy()  # fill-in-the-middle per domain (`fim`); off by default; part of the fingerprint
     spans: bool = True  # a `spans` header per message: which documents its tokens came from (`spans`)
+    # the fingerprint of the documents' rehydration weights (`cleaning.rehydration.fingerprint`), "" when off;
+    # part of the ledger fingerprint, as FIM's is
+    rehydration: str = ""
 
 
 def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -> str:

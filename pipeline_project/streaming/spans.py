@@ -12,6 +12,8 @@ the end of a batch's last block belongs to no span. Encoding: per span three uns
 `(ordinal delta) * 2 + fim`, `first`, `count` (the delta is from the previous span's ordinal; the first span's
 from 0), behind a one-byte tag: 1 plain; 2 the same zstd-compressed, used when plain is over `MAX_HEADER_BYTES`;
 0 not recorded, when even that is over (a message of thousands of tiny documents). A typical span costs 3-5 bytes.
+A document that rehydration repeats (`cleaning.rehydration`) is packed several times in a row: each copy is a
+span of its own with the same ordinal (an ordinal delta of 0), so every copy traces to the one document.
 """
 
 from __future__ import annotations
@@ -111,14 +113,22 @@ class SpanRecorder:
         self._noted: dict[str | None, int] = {}
         self._position: dict[str | None, int] = {}
 
-    def note(self, ids: Sequence[np.ndarray], domains: Sequence[str | None], fim: Sequence[bool] | None) -> None:
-        """A batch of documents as the packer gets them (empty ones take an ordinal and no tokens)."""
+    def note(
+        self,
+        ids: Sequence[np.ndarray],
+        domains: Sequence[str | None],
+        fim: Sequence[bool] | None,
+        repeats: Sequence[int] | None = None,
+    ) -> None:
+        """A batch of documents as the packer gets them (empty ones take an ordinal and no tokens); a document
+        packed `repeats[i]` times in a row (rehydration) gets that many spans with its one ordinal."""
         for i, (doc, domain) in enumerate(zip(ids, domains, strict=True)):
-            if len(doc):
-                start = self._noted.get(domain, 0)
-                end = start + len(doc) + 1  # the EOS after it
-                self._domains.setdefault(domain, deque()).append((self.ordinal, start, end, bool(fim and fim[i])))
-                self._noted[domain] = end
+            for _ in range(max(1, int(repeats[i])) if repeats is not None and len(doc) else 1):
+                if len(doc):
+                    start = self._noted.get(domain, 0)
+                    end = start + len(doc) + 1  # the EOS after it
+                    self._domains.setdefault(domain, deque()).append((self.ordinal, start, end, bool(fim and fim[i])))
+                    self._noted[domain] = end
             self.ordinal += 1
 
     def take(self, domain: str | None, blocks: int) -> list[Span]:

@@ -35,6 +35,9 @@ def timed_blocks(
     fim = FimApplier(config.fim, FimSentinels.of(tokenizer)) if config.fim.active else None
     if fim is not None:
         packer.fim_docs = fim.counts
+    weighted = bool(config.rehydration)  # documents may carry a weight: tokenized once, packed that many times
+    if weighted:
+        packer.rehydrated = {}
     tagged = False
     try:
         while True:
@@ -46,11 +49,12 @@ def timed_blocks(
                 break
             domains = [None if isinstance(d, str) else d[0] for d in batch]
             bodies = [d if isinstance(d, str) else d[1] for d in batch]
+            repeats = _repeats(batch, weighted)
             ids = fim.encode(bodies, domains, tokenizer.encode_batch) if fim else tokenizer.encode_batch(bodies)
             t2 = time.perf_counter()
             if spans is not None:
-                spans.note(ids, domains, fim.last_chosen if fim else None)
-            out = packer.add(ids, domains)
+                spans.note(ids, domains, fim.last_chosen if fim else None, repeats)
+            out = packer.add(ids, domains, repeats)
             tagged = tagged or any(d is not None for d in domains)
             timer.seconds["tokenize"] += t2 - t1
             timer.seconds["pack"] += time.perf_counter() - t2
@@ -61,6 +65,19 @@ def timed_blocks(
     last = packer.flush(pad=config.pad_tail)
     timer.seconds["pack"] += time.perf_counter() - t0
     yield from (item if tagged else item[1] for item in last)
+
+
+def _repeats(batch: list[Document], weighted: bool) -> list[int] | None:
+    repeats = [1 if isinstance(d, str) or len(d) == 2 else int(d[2]) for d in batch]
+    if not weighted and any(r != 1 for r in repeats):
+        raise ValueError("a document carries a rehydration weight but ProducerConfig.rehydration is not set")
+    return repeats if weighted else None
+
+
+def packing_hash(config: ProducerConfig) -> str:
+    """How documents became blocks beyond tokenizer and seq_len: FIM's and rehydration's fingerprints ("" when both
+    are off, so a batch produced before either keeps its ledger fingerprint)."""
+    return "+".join(h for h in (config.fim.fingerprint(), config.rehydration) if h)
 
 
 def tokenize_and_produce(
@@ -83,6 +100,8 @@ def tokenize_and_produce(
     every message carries its `domain` header, and the report counts blocks, tokens and documents per domain.
     Bare texts are packed and produced exactly as before (no domain header).
     With `config.spans` (the default) every message carries a `spans` header naming the documents in it (`spans`).
+    With `config.rehydration` set, a text may be `(domain, text, weight)`: tokenized once, packed `weight` times in a
+    row (`cleaning.rehydration`), counted as one document plus `weight - 1` copies.
 
     `tokenizer` is a `TokenizerInfo`. Texts are read ahead in a background thread (`config.prefetch_batches`);
     while the producer connects and reads the ledger, up to one transaction's worth is tokenized ahead, and
@@ -108,7 +127,7 @@ def tokenize_and_produce(
         transactional_id=transactional_id,
         config=config,
         ledger_index=ledger_index,
-        packing_hash=config.fim.fingerprint(),
+        packing_hash=packing_hash(config),
         _stage_timer=timer,
         _packer=packer,
         _spans=spans,
