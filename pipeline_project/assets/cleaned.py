@@ -3,7 +3,6 @@
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.assets.observability import push_batch_metrics
 from pipeline_project.assets.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.ingest import iter_batch_items, read_manifest
@@ -11,6 +10,7 @@ from pipeline_project.resources.cleaning import CleaningResource
 from pipeline_project.resources.dedup import DedupIndexResource
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.resources.pushgateway import PushgatewayResource
 
 
 def refuse_other_content(records, content_hash: str, batch_id: str, topic: str) -> None:
@@ -48,6 +48,7 @@ def cleaned_shards(
     cleaning: CleaningResource,
     kafka: KafkaResource,
     dedup: DedupIndexResource,
+    pushgateway: PushgatewayResource,
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning import publish
     from pipeline_project.cleaning.batch_attempt import clean_attempt
@@ -71,7 +72,7 @@ def cleaned_shards(
     publish.delete_superseded(client, layout.bucket, previous, outcome.manifest)
     out = outcome.out
     context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {run.workers} filter workers")
-    push_batch_metrics(
+    pushgateway.push_batch(
         "pipeline_cleaning", "cleaned_shards", batch_id, lambda m: m.record_cleaning(out.counts, out.dropped_by_reason)
     )
     return dg.MaterializeResult(metadata=_metadata(layout.bucket, outcome, run.workers))

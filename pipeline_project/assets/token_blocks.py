@@ -4,11 +4,11 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.observability import push_batch_metrics
 from pipeline_project.assets.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
 from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
+from pipeline_project.resources.pushgateway import PushgatewayResource
 from pipeline_project.run_tags import config_hash, run_tags
 
 
@@ -65,6 +65,7 @@ def token_blocks(
     layout: PipelineLayout,
     kafka: KafkaResource,
     mlflow: MlflowResource,
+    pushgateway: PushgatewayResource,
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning import read_shard_manifest
 
@@ -74,7 +75,7 @@ def token_blocks(
     cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
     documents, rehydration = batch_documents(client, layout, manifest)
     report = _produce(kafka, layout, documents, batch_id, manifest, rehydration)
-    push_batch_metrics("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
+    pushgateway.push_batch("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
     mlflow_url = None if report.reused else _log_produce_run(context, mlflow, layout, manifest, report)
     context.log.info(f"batch {batch_id}: {report.blocks} blocks, {report.tokens} tokens, reused={report.reused}")
     dropped_by_reason = cleaned_meta.get("dropped_by_reason") or {}

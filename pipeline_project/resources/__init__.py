@@ -11,7 +11,9 @@ from pipeline_project.resources.kafka import KafkaResource
 from pipeline_project.resources.launchers import TrainerLaunch
 from pipeline_project.resources.layout import PipelineLayout
 from pipeline_project.resources.mlflow import MlflowResource
+from pipeline_project.resources.pushgateway import PushgatewayResource
 from pipeline_project.resources.trainer import TrainerResource
+from pipeline_project.resources.trigger import TrainingTrigger
 from pipeline_project.settings import (
     AWS_ACCESS_KEY_ENV,
     AWS_SECRET_KEY_ENV,
@@ -53,4 +55,16 @@ def build_resources(settings: Settings | None = None) -> dict:
             launch=TrainerLaunch.from_json(s.trainer_launch),
             metrics_port=s.metrics_port,
         ),
+        "trigger": training_trigger(s),
+        "pushgateway": PushgatewayResource(url=s.pushgateway_url, totals_url=s.postgres_url),
     }
+
+
+def training_trigger(s: Settings) -> TrainingTrigger:
+    return TrainingTrigger(
+        min_new_tokens=s.min_new_tokens,
+        max_steps=s.trigger_max_steps,
+        retry_base_s=s.trigger_retry_base_s,
+        retry_max_s=s.trigger_retry_max_s,
+        max_runtime_s=s.training_max_runtime_s,
+    )

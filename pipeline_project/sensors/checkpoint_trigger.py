@@ -36,8 +36,8 @@ import dagster as dg
 from pipeline_project.assets.backlog import Backlog, untrained_backlog
 from pipeline_project.assets.checkpoint import IN_FLIGHT, deepseek_checkpoint, training_runs
 from pipeline_project.assets.partitions import TRAINING_RUN_TAGS, with_max_runtime
+from pipeline_project.resources.trigger import TrainingTrigger
 from pipeline_project.sensors.trigger_policy import TriggerCursor, active_hold, last_training
-from pipeline_project.settings import Settings
 
 
 @dg.sensor(
@@ -50,9 +50,8 @@ from pipeline_project.settings import Settings
     "while a training run is queued or running, again after a failure only after a growing backoff, and not again "
     "after a run that trained nothing until new data arrives. Materialize it from the UI to train on demand.",
 )
-def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext, trigger: TrainingTrigger) -> dg.SensorResult:
     now = time.time()
-    settings = Settings()
     state = TriggerCursor.from_cursor(context.cursor)
     hold = active_hold(context.instance, now)
     if hold:
@@ -61,9 +60,7 @@ def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext) -> dg.SensorR
     if busy:
         run = busy[0].dagster_run
         return dg.SensorResult(skip_reason=f"training run {run.run_id} is {run.status.value}: one at a time")
-    state.note_outcome(
-        context.instance, base_s=settings.trigger_retry_base_s, max_s=settings.trigger_retry_max_s, now=now
-    )
+    state.note_outcome(context.instance, base_s=trigger.retry_base_s, max_s=trigger.retry_max_s, now=now)
     if now < state.retry_at:
         reason = (
             f"training run {state.failed_run} failed ({state.failures} in a row): retrying in "
@@ -71,7 +68,7 @@ def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext) -> dg.SensorR
         )
         return dg.SensorResult(skip_reason=reason, cursor=state.to_cursor())
     backlog = untrained_backlog(context.instance, state.backlog)
-    reason = _why_not(context.instance, backlog, settings.min_new_tokens)
+    reason = _why_not(context.instance, backlog, trigger.min_new_tokens)
     if reason:
         return dg.SensorResult(skip_reason=reason, cursor=state.to_cursor())
     run_key = backlog.run_key + (f"-after-failed-{state.failed_run[:8]}" if state.failed_run else "")
@@ -80,8 +77,8 @@ def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext) -> dg.SensorR
         run_requests=[
             dg.RunRequest(
                 run_key=run_key,
-                run_config=_bound(settings),
-                tags=with_max_runtime(TRAINING_RUN_TAGS, settings.training_max_runtime_s),
+                run_config=_bound(trigger.max_steps),
+                tags=with_max_runtime(TRAINING_RUN_TAGS, trigger.max_runtime_s),
             )
         ],
         cursor=state.to_cursor(),
@@ -107,11 +104,11 @@ def _why_not(instance: dg.DagsterInstance, backlog: Backlog, threshold: int) -> 
     return None
 
 
-def _bound(settings: Settings) -> dict:
+def _bound(max_steps: int) -> dict:
     """The run config that bounds a triggered run to $PIPELINE_TRIGGER_MAX_STEPS steps (none when 0)."""
-    if settings.trigger_max_steps <= 0:
+    if max_steps <= 0:
         return {}
-    return {"ops": {deepseek_checkpoint.op.name: {"config": {"max_steps": settings.trigger_max_steps}}}}
+    return {"ops": {deepseek_checkpoint.op.name: {"config": {"max_steps": max_steps}}}}
 
 
 def _iso(timestamp: float) -> str:

@@ -268,6 +268,7 @@ def _byte_ids(texts: list[str]) -> list[np.ndarray]:
 
 def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResource]:
     from pipeline_project.resources.cleaning import CleaningResource
+    from pipeline_project.resources.pushgateway import PushgatewayResource
 
     return {
         "s3": MemoryS3Resource(store=store),
@@ -276,4 +277,5 @@ def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResou
         "layout": layout,
         "cleaning": CleaningResource(workers=1),
         "dedup": MemoryDedupIndexResource(store=store),
+        "pushgateway": PushgatewayResource(),  # no URL: the batch metrics are recorded, not pushed
     }

@@ -6,8 +6,10 @@ import dagster as dg
 
 from pipeline_project.assets.backlog import BacklogState, untrained_backlog
 from pipeline_project.assets.partitions import untrained_share
+from pipeline_project.resources import training_trigger
 from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.sensors.trigger_policy import TriggerCursor
+from pipeline_project.settings import Settings
 
 
 def _produced(instance, batch: str, tokens: int, ranges: dict, reused: bool = False):
@@ -29,7 +31,9 @@ def _checkpoint(instance, end_position: dict):
 
 
 def _tick(instance, cursor=None):
-    with dg.build_sensor_context(instance=instance, cursor=cursor) as ctx:
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"trigger": training_trigger(Settings())}
+    ) as ctx:
         return checkpoint_trigger_sensor(ctx)
 
 

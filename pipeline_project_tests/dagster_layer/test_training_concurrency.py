@@ -13,7 +13,9 @@ from dagster._core.test_utils import create_run_for_test
 from pipeline_project.assets.checkpoint import refuse_if_another_run_trains
 from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_POOL, TRAINING_RUN_TAGS
 from pipeline_project.definitions import defs
+from pipeline_project.resources import training_trigger
 from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+from pipeline_project.settings import Settings
 from pipeline_project.stack.dagster import DAGSTER_YAML
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +99,7 @@ def _enough_untrained_tokens(instance):
 
 
 def _tick(instance):
-    with dg.build_sensor_context(instance=instance) as ctx:
+    with dg.build_sensor_context(instance=instance, resources={"trigger": training_trigger(Settings())}) as ctx:
         return checkpoint_trigger_sensor(ctx)
 
 

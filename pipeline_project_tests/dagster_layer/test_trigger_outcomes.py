@@ -14,7 +14,9 @@ from dagster._core.test_utils import create_run_for_test
 
 import pipeline_project.sensors.checkpoint_trigger as trigger
 from pipeline_project.assets.partitions import TRAINING_RUN_TAGS
+from pipeline_project.resources import training_trigger
 from pipeline_project.sensors.trigger_policy import TriggerCursor, hold_trigger, release_trigger, retry_delay
+from pipeline_project.settings import Settings
 
 ORIGIN = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("tests"), "__repository__").get_job_origin("__ASSET_JOB")
 SENSOR = "checkpoint_trigger_sensor"
@@ -38,7 +40,9 @@ def _produced(instance, batch: str, tokens: int, ranges: dict):
 
 
 def _tick(instance, cursor=None):
-    with dg.build_sensor_context(instance=instance, cursor=cursor) as ctx:
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"trigger": training_trigger(Settings())}
+    ) as ctx:
         return trigger.checkpoint_trigger_sensor(ctx)
 
 

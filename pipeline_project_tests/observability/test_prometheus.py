@@ -92,9 +92,15 @@ def _assert_ingest_run_tagged(tracking_uri: str, batch: str, run_id: str) -> Non
     assert tags["partition"] == batch and tags["asset"] == "token_blocks" and len(tags["config_hash"]) == 16
 
 
-def test_prometheus_sees_ingest_and_trainer_series_move(prometheus, instance, resources, layout, s3, uid, monkeypatch):
+def test_prometheus_sees_ingest_and_trainer_series_move(prometheus, instance, resources, layout, s3, uid):
     cfg = prometheus
-    monkeypatch.setenv("PIPELINE_PUSHGATEWAY_URL", f"http://{cfg.host}:{cfg.pushgateway_port}")
+    from pipeline_project.resources.pushgateway import PushgatewayResource
+
+    gateway = f"http://{cfg.host}:{cfg.pushgateway_port}"
+    resources = {
+        **resources,
+        "pushgateway": PushgatewayResource(url=gateway, totals_url=resources["pushgateway"].totals_url),
+    }
     port = _free_port()
     worker = subprocess.Popen(
         [sys.executable, "-m", "pipeline_project_tests.observability.serve_worker", str(port)],
