@@ -56,7 +56,7 @@ from pipeline_project.training.mlflow_lineage import model_version_url
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.reporting import Reporter, pipes_if_present
 from pipeline_project.training.resume import TrainingState, build_training_state, make_resume_state
-from pipeline_project.training.step_log import StepLog, write_steps
+from pipeline_project.training.step_log import StepLog, gather_steps, write_steps
 from pipeline_project.training.tracking import Progress
 from pipeline_project.training.trainer import TrainResult, resolve_device, train
 
@@ -239,7 +239,7 @@ def _save_checkpoint(
     """Gather every rank's data position (a collective: every rank calls), then rank 0 saves, uploads and
     registers the checkpoint in MLflow's Model Registry."""
     data_states = distributed.all_gather_objects(data_state)
-    steps = distributed.all_gather_objects(inv.lineage.steps.take(step) if inv.lineage.steps else {})
+    steps = gather_steps(inv.lineage.steps, step)
     if not inv.dist.is_main:
         return None
     local = inv.work_dir / f"step-{step}"

@@ -59,6 +59,13 @@ class StepLog:
         return taken
 
 
+def gather_steps(log: StepLog | None, step: int) -> list[dict[str, list[list[int]]]]:
+    """Every rank's `log.take(step)`, in rank order (a collective: every rank calls; `{}` for a rank with no log)."""
+    from pipeline_project.training.distributed import all_gather_objects
+
+    return all_gather_objects(log.take(step) if log is not None else {})
+
+
 def write_steps(
     checkpoint_dir: Path,
     ranks: list[dict[str, list[list[int]]]],
