@@ -54,7 +54,10 @@ class Outcome:
 
     @property
     def reason_class(self) -> str:
-        return self.reason.split(":", 1)[0] if self.decision == "dropped" else self.reason
+        """The reason without its detail (a duplicate's original), but with the benchmark of a decontamination."""
+        if self.decision != "dropped" or self.reason.startswith("decontaminated:"):
+            return self.reason
+        return self.reason.split(":", 1)[0]
 
 
 @dataclass

@@ -3,9 +3,14 @@
 A retuned batch is a new publication of the same batch: shards without the documents the new thresholds drop
 (rewritten from the published shards: the cleaned text, never the raw text), an exclusion sink with the old
 records plus theirs (their shard text, already masked), an attribute file with their new decisions, and last a
-manifest naming these, with the new config hash and `retuned_from`. It keeps the batch's dedup attempt, so the
-index rows stay those of the batch; the documents it drops stay in the index (later copies of them are still
-dropped as duplicates: never kept twice, but possibly lost; re-clean to avoid that).
+manifest naming these, with the new config hash and `retuned_from`. It keeps the batch's dedup attempt.
+The documents it drops leave the cross-batch dedup index (`forget_documents`: their rows under that attempt,
+and by cascade their exact and band keys) before the manifest is written, so later copies of them are no
+longer dropped as duplicates of something no longer kept. A crash between the two leaves the batch as it was
+and its dropped documents out of the index: a later copy can be kept a second time, never lost (the index's
+own preference). What stays: a MinHash band key a dropped document held is freed, not handed to another kept
+document that shares it (band keys keep their first owner), so a later near copy of that one can be missed on
+that band.
 
 Only for batches not yet produced: a batch with a ledger entry (completed or partly produced) is refused, since
 its blocks are in the topic; retire the entry first (`pipeline-project ledger retire`).
@@ -16,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 import pyarrow as pa
@@ -64,11 +70,33 @@ def check_writable(result: BatchRetune, produced: str | None) -> None:
         raise RetuneRefusedError(f"batch {b}: {len(result.newly_kept())} documents would be kept again; re-clean it")
 
 
+Forget = Callable[[str, list[str]], int]  # (dedup attempt, doc ids) -> index rows removed
+
+
+def forget_documents(url: str, schema: str = "dedup") -> Forget:
+    """A `Forget` on the PostgreSQL dedup index at `url`: deletes the documents' rows of the attempt (their keys,
+    handovers cascade). Idempotent."""
+
+    def forget(attempt: str, doc_ids: list[str]) -> int:
+        from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
+
+        index = PostgresDedupIndex(url, schema=schema)
+        try:
+            with index.cursor() as cur:
+                cur.execute("DELETE FROM dedup_docs WHERE attempt = %s AND doc_id = ANY(%s)", (attempt, doc_ids))
+                return cur.rowcount
+        finally:
+            index.close()
+
+    return forget
+
+
 def write_retuned(
     client, bucket: str, shard_dir: str, manifest: ShardManifest, table: pa.Table, result: BatchRetune,
-    config: CleaningConfig,
+    config: CleaningConfig, forget: Forget | None = None,
 ) -> ShardManifest:  # fmt: skip
-    """Publish the retuned batch (see the module docstring); returns the new manifest."""
+    """Publish the retuned batch (see the module docstring); returns the new manifest. `forget`: how the
+    dropped documents leave the dedup index (None: they stay, as for a batch cleaned without the index)."""
     dropped = result.newly_dropped()
     prefix = f"{shard_dir}retune-{uuid.uuid4().hex[:8]}/"
     shards, sink = [], []
@@ -99,6 +127,8 @@ def write_retuned(
         attributes_sha256=sha256(attributes),
         retuned_from=manifest.retuned_from or manifest.config_hash,
     )
+    if forget is not None and manifest.dedup_attempt and dropped:
+        forget(manifest.dedup_attempt, sorted(dropped))
     write_manifest(client, bucket, shard_dir, new)
     delete_superseded(client, bucket, manifest, new)
     return new

@@ -2,12 +2,14 @@
 
 The same config changes nothing; a stricter one gives exactly what a full re-clean gives (the real cleaner run
 twice), and `write_retuned` publishes it; a looser threshold or a changed signal setting is reported as
-undecidable, never guessed; a produced batch is refused.
+undecidable, never guessed; a produced batch is refused. A new benchmark re-checks the cleaned text: the report
+names exactly the planted documents and the batches already in the topic, and `--write` equals a re-clean.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from pathlib import Path
 
@@ -15,13 +17,15 @@ import pytest
 
 from pipeline_project.cleaning import CleaningConfig, publish, read_object
 from pipeline_project.cleaning.batch_writer import BatchWriter
+from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
 from pipeline_project.cleaning.publish import ShardEntry, ShardManifest, read_shard_manifest
 from pipeline_project.cleaning.records import Document
 from pipeline_project.cleaning.retune_write import RetuneRefusedError, check_writable
 from pipeline_project.cleaning.shards import read_shard
 from pipeline_project.cleaning.stream import StreamingCleaner
 from pipeline_project.resources.layout import PipelineLayout
-from pipeline_project.retune_cli import report, retune_batches
+from pipeline_project.retune_cli import print_report, report, retune_batches, run_retune
+from pipeline_project_tests.cleaning.conftest import prose
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
 FILES = (
@@ -52,24 +56,31 @@ def _items(config):
     return items + copies
 
 
-def _clean(client, layout, batch, config):
-    """Clean and publish one batch with the real streaming cleaner (chunks of 40)."""
+def _clean(client, layout, batch, config, items=None, index=None):
+    """Clean and publish one batch with the real streaming cleaner (chunks of 40); with `index` (PostgreSQL), as
+    the asset does: reserve the kept documents as an attempt, write the manifest naming it, publish it."""
     attempt = uuid.uuid4().hex[:8]
+    if index is not None:
+        index.begin_batch(batch)
     writer = BatchWriter(client, layout.bucket, f"{layout.shard_dir(batch)}{attempt}/",
                          f"{layout.exclusions_dir(batch)}{attempt}/{publish.EXCLUSIONS_NAME}")  # fmt: skip
     cleaner = StreamingCleaner(config, chunk_docs=40)
     writer.attributes = cleaner.attribute_writer()
     records = publish.exclusion_recorder(config)
-    out = cleaner.run(_items(config), batch, None, writer, records)
-    cleaner.commit(out, None, writer, records)
+    out = cleaner.run(_items(config) if items is None else items, batch, index, writer, records)
+    dedup_attempt = f"{batch}:{attempt}" if index is not None else ""
+    cleaner.commit(out, index, writer, records, attempt=dedup_attempt or None)
     shards = writer.finish_shards()
     writer.upload_exclusions()
     manifest = ShardManifest(
         batch_id=batch, config_version=config.version, config_hash=config.config_hash(), input_keys=FILES,
         counts=dict(out.counts), shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
         exclusions=writer.exclusions_key, attributes=writer.attributes_key, attributes_sha256=writer.attributes_sha256,
+        dedup_attempt=dedup_attempt,
     )  # fmt: skip
     publish.write_manifest(client, layout.bucket, layout.shard_dir(batch), manifest)
+    if index is not None:
+        index.publish(dedup_attempt)
     return manifest
 
 
@@ -112,7 +123,8 @@ def test_a_stricter_config_equals_a_full_re_clean_and_is_written(published):
     assert retuned == _decisions(table, "b1-reclean")
 
     # --write: the batch is published again without the newly dropped documents, same as the re-clean's shards
-    retune_batches(client, layout.bucket, layout, STRICT, ["b1"], {})
+    [written] = retune_batches(client, layout.bucket, layout, STRICT, ["b1"], {})
+    assert written.written and not written.refused
     manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir("b1"))
     kept = [r["id"] for s in manifest.shards for r in read_shard(_get(client, layout.bucket, s.key))]
     assert kept == [r["id"] for s in reclean.shards for r in read_shard(_get(client, layout.bucket, s.key))]
@@ -130,8 +142,8 @@ def test_looser_or_reshaped_configs_are_reported_as_undecidable_and_not_written(
     [loose] = retune_batches(client, layout.bucket, layout, looser, [batch], None)
     assert loose.undecidable() > 0
     assert any(k[1] == "undecidable" and "signal not computed" in k[2] for k in loose.changes())
-    with pytest.raises(RetuneRefusedError, match="need a re-clean"):
-        retune_batches(client, layout.bucket, layout, looser, [batch], {})
+    [refused] = retune_batches(client, layout.bucket, layout, looser, [batch], {})
+    assert "need a re-clean" in refused.refused and not refused.written
     [shaped] = retune_batches(client, layout.bucket, layout, reshaped, [batch], None)
     assert any("fineweb: settings beyond thresholds changed" in n for n in shaped.notes)
     assert any("fineweb" in k[2] for k in shaped.changes() if k[1] == "undecidable")
@@ -140,11 +152,108 @@ def test_looser_or_reshaped_configs_are_reported_as_undecidable_and_not_written(
 
 def test_a_produced_batch_is_refused(published):
     client, layout = published
-    with pytest.raises(RetuneRefusedError, match="already produced to Kafka"):
-        retune_batches(client, layout.bucket, layout, STRICT, ["b1-reclean"], {"b1-reclean": "completed, 3 blocks"})
+    [refused] = retune_batches(
+        client, layout.bucket, layout, STRICT, ["b1-reclean"], {"b1-reclean": "completed, 3 blocks"}
+    )
+    assert "already produced to Kafka" in refused.refused and not refused.written
     [result] = retune_batches(client, layout.bucket, layout, STRICT, ["b1-reclean"], None)
     with pytest.raises(RetuneRefusedError, match="ledger retire b1-reclean"):
         check_writable(result, "partly produced, 1 blocks")
+
+
+def _planted(tmp_path):
+    """Documents with planted contamination (verbatim, whitespace-changed, embedded) and a near miss; the config
+    that adds their benchmark."""
+    bench = [prose(8, seed=500), prose(6, seed=501), prose(4, seed=502)]
+    path = tmp_path / "planted.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(bench)))
+    words = bench[0].split()
+    docs = {
+        "verbatim": bench[0],
+        "spaced": "\n\n".join("\t" + "  ".join(line.split()) for line in bench[1].splitlines()),
+        "embedded": f"{prose(8, seed=11)}\n{bench[2]}\n{prose(8, seed=12)}",
+        "near": f"{prose(8, seed=13)}\nMoreover {' '.join(words[20:32])} moreover.\n{prose(8, seed=14)}",
+    }
+    docs.update({f"clean{i}": prose(10, seed=20 + i) for i in range(6)})
+    data = "".join(json.dumps({"text": t, "name": k}) + "\n" for k, t in docs.items()).encode()
+    new = CleaningConfig.model_validate(
+        {
+            "decontamination": {
+                "enabled": True,
+                "benchmarks": [{"name": "planted", "path": str(path), "fields": ["text"]}],
+            }
+        }
+    )
+    return data, list(docs), new
+
+
+def test_a_new_benchmark_names_the_planted_documents_and_the_produced_batches(local_stack, pg_url, tmp_path, capsys):
+    settings = local_stack.settings()
+    client = settings.s3_client()
+    run = uuid.uuid4().hex[:8]
+    layout = PipelineLayout(bucket=settings.bucket, shards_prefix=f"test-retune-{run}/shards/",
+                            exclusions_prefix=f"test-retune-{run}/x/", topic=f"test-retune-{run}")  # fmt: skip
+    data, names, new = _planted(tmp_path)
+    mh = BASE.dedup.minhash
+    index = PostgresDedupIndex(pg_url, num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets)
+    for batch, into in (("fresh", index), ("produced", None)):
+        _clean(client, layout, batch, BASE, list(read_object(f"raw/{batch}.jsonl", data, BASE)), into)
+    _produce_ledger_entry(settings, layout.topic, "produced")
+    planted = {
+        f"raw/{b}.jsonl:{names.index(d) + 1}" for b in ("fresh", "produced") for d in ("verbatim", "spaced", "embedded")
+    }
+
+    out = run_retune(settings, layout, new, None, write=True, dedup_url=pg_url)
+    assert out["undecidable"] == 0 and out["batches"] == ["fresh", "produced"]
+    assert {f"{a['source']}:{a['record']}" for a in out["affected"]} == planted, out["affected"]
+    assert {a["benchmark"] for a in out["affected"]} == {"planted"}
+    assert out["affected_batches"]["fresh"] == "" and out["affected_batches"]["produced"].startswith("completed")
+    assert out["written"] == ["fresh"] and "already produced to Kafka" in out["refused"]["produced"]
+    print_report(out, write=True)
+    text = capsys.readouterr().out
+    assert "batch produced: 3 affected, already in the topic (completed" in text and "written: fresh" in text
+
+    # the written batch equals a full re-clean with the benchmark on
+    reclean = _clean(client, layout, "reclean", new, list(read_object("raw/fresh.jsonl", data, new)))
+    written = read_shard_manifest(client, layout.bucket, layout.shard_dir("fresh"))
+    assert _decisions(publish_table(client, layout.bucket, written), "fresh") == _decisions(
+        publish_table(client, layout.bucket, reclean), "reclean"
+    )
+    assert _ids(client, layout.bucket, written) == _ids(client, layout.bucket, reclean)
+
+    # the documents the retune dropped left the dedup index: a later batch's copies of them are not dropped as
+    # duplicates of something no longer kept; its copies of what is still kept are
+    _clean(client, layout, "later", BASE, list(read_object("raw/later.jsonl", data, BASE)), index)
+    later = {r["doc_id"]: r for r in publish_table(client, layout.bucket, _manifest(client, layout, "later"))}
+    dups = {d: later[f"raw/later.jsonl#{names.index(d) + 1}"]["reason"] or "" for d in names}
+    assert {d for d, reason in dups.items() if "duplicate_of:fresh/" in reason} == set(names) - {
+        "verbatim",
+        "spaced",
+        "embedded",
+    }, dups
+    index.close()
+
+
+def _produce_ledger_entry(settings, topic, batch):
+    import numpy as np
+
+    from pipeline_project.streaming.kafka_client import KafkaSettings
+    from pipeline_project.streaming.producer import produce_blocks
+    from pipeline_project.streaming.topics import ensure_topic
+
+    kafka = KafkaSettings.from_settings(settings)
+    ensure_topic(kafka.make_admin(), topic, partitions=1)
+    tok = type("Tok", (), {"name": "unit-tok", "hash": "deadbeef"})
+    blocks = np.zeros((3, 16), dtype=np.uint32)
+    produce_blocks(kafka, topic, [blocks], tokenizer=tok, seq_len=16, source=batch, ledger_key=batch, content_hash="h")
+
+
+def _manifest(client, layout, batch):
+    return read_shard_manifest(client, layout.bucket, layout.shard_dir(batch))
+
+
+def _ids(client, bucket, manifest):
+    return [r["id"] for s in manifest.shards for r in read_shard(_get(client, bucket, s.key))]
 
 
 def _get(client, bucket, key):
