@@ -10,8 +10,9 @@ Each document walks its profile's chain of the new config again:
   a document it passed before it passes again (the text it sees is the same), one it dropped it drops again, and
   one that never reached it is undecidable: the step needs the text;
 * a duplicate stays a duplicate while what it duplicates stays kept (in the batch), or lives in another batch
-  (the index still holds it); if its original is now dropped, which copy a re-clean keeps needs the text.
-
+  (assumed still kept: a `retune --write` of that batch that dropped it took it out of the index, and a
+  re-clean would then keep this copy); if its original in the batch is now dropped, which copy a re-clean keeps
+  needs the text;
 * `decontaminate` keeps no signal: when its benchmarks or settings changed, or it is newly on, the documents that
   reached it (kept, or dropped by it or after it) are re-checked from their cleaned text (`retune_decontam`; the
   text is post-masking, see there); one that matches is dropped there (`decontaminated:<benchmark>`), the others
