@@ -14,7 +14,8 @@ REASON = "# long:"  # on the line above a def: why this function stays longer th
 
 
 def _sources(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.py") if ".venv" not in p.parts)
+    """The project's own files: not a hidden folder's (bench/.venv-datatrove, .cluster, ...)."""
+    return sorted(p for p in root.rglob("*.py") if not any(part.startswith(".") for part in p.relative_to(root).parts))
 
 
 def _name(path: Path) -> str:
