@@ -50,6 +50,10 @@ DEFAULT_TRIGGER_RETRY_MAX_S = 3600.0  # ... at most an hour
 # hung run frees its slot and run retries launch it again; 0: the instance's max_runtime_seconds alone.
 DEFAULT_INGEST_MAX_RUNTIME_S = 7200  # a batch's three steps, their retries included, take minutes
 DEFAULT_TRAINING_MAX_RUNTIME_S = 90000  # 25 h: a triggered run's PIPELINE_TRIGGER_MAX_STEPS fit in a day
+# Fill-in-the-middle for the code domain (`PipelineLayout.fim_code_rate`): off in the library and the deployments;
+# the local stack's Dagster runs at DeepSeek-V3's rate (`stack_corpus_env`)
+DEFAULT_FIM_CODE_RATE = 0.0
+STACK_FIM_CODE_RATE = 0.1
 
 # Secrets are never stored in `Settings`: the Dagster layer passes them on as `dg.EnvVar(NAME)`,
 # and the trainer process reads them through `secret()`.
@@ -102,6 +106,16 @@ def stack_kafka_security() -> str | None:
     None when unset (the profile the state dir's Kafka storage was formatted with, plaintext for a new one)."""
     value = _env_or_none("PIPELINE_KAFKA_SECURITY")
     return value.lower() if value else None
+
+
+def stack_corpus_env(cleaning_config: Path) -> dict[str, str]:
+    """The corpus settings the local stack's Dagster runs with: DeepSeek-style, FIM for code at
+    STACK_FIM_CODE_RATE and the cleaning config `cleaning_config` (benchmark decontamination), unless the
+    environment `stack up` runs in sets PIPELINE_FIM_CODE_RATE or PIPELINE_CLEANING_CONFIG itself."""
+    return {
+        "PIPELINE_FIM_CODE_RATE": _env("PIPELINE_FIM_CODE_RATE", str(STACK_FIM_CODE_RATE)),
+        "PIPELINE_CLEANING_CONFIG": _env("PIPELINE_CLEANING_CONFIG", str(cleaning_config)),
+    }
 
 
 def default_stack_state_dir() -> Path:
@@ -223,6 +237,10 @@ class Settings:
     # JSON of resources.launchers.TrainerLaunch ({"launcher": "k8s", "image": ...}); unset: a local subprocess
     trainer_launch: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_TRAINER_LAUNCH"))
     cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
+    # the fraction of code documents `token_blocks` lays out for fill-in-the-middle (0: off)
+    fim_code_rate: float = field(
+        default_factory=lambda: float(_env("PIPELINE_FIM_CODE_RATE", str(DEFAULT_FIM_CODE_RATE)))
+    )
     min_new_tokens: int = field(
         default_factory=lambda: int(_env("PIPELINE_MIN_NEW_TOKENS", str(DEFAULT_MIN_NEW_TOKENS)))
     )

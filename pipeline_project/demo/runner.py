@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.progress import Progress, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
-from pipeline_project.demo.sample_corpus import SampleFile, generate
+from pipeline_project.demo.deepseek_sample import demo_sample
+from pipeline_project.demo.sample_corpus import SampleFile
 from pipeline_project.settings import Settings
 
 console = Console()
@@ -232,6 +233,7 @@ def _ingest_and_train(instance, settings: Settings, files, timeout_s: float, tra
 def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0, seed: int | None = None) -> None:
     from dagster import DagsterInstance
 
+    from pipeline_project.demo.corpus_check import check_running_dagster
     from pipeline_project.sensors.trigger_policy import hold_trigger, release_trigger
 
     settings: Settings = stack.settings()
@@ -245,8 +247,12 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
         if source
         else [
             SampleFile(prefix + f.key.removeprefix("raw/sample/"), f.data)
-            for f in generate(seed=int(stamp[-6:]) if seed is None else seed)
+            for f in demo_sample(seed=int(stamp[-6:]) if seed is None else seed)
         ]
+    )
+    corpus, warning = check_running_dagster(settings.dagster_url)
+    console.print(
+        f"[yellow]warning:[/] {warning}" if warning else f"corpus settings of the stack's Dagster: {corpus.describe()}"
     )
     owner = f"demo {stamp}"
     # The trigger requests nothing while the demo holds it (a lease: a demo that dies leaves it to expire), so
@@ -259,3 +265,5 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
     from pipeline_project.assets.checkpoint import deepseek_checkpoint
 
     console.print(summarize(instance, settings, partitions, _meta(instance, deepseek_checkpoint)))
+    if warning:
+        console.print(f"[yellow]warning:[/] {warning}")

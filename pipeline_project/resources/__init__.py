@@ -47,7 +47,9 @@ def build_resources(settings: Settings | None = None) -> dict:
             ledger_index_url=s.postgres_url,
         ),
         "mlflow": MlflowResource(tracking_uri=s.mlflow_tracking_uri),
-        "layout": PipelineLayout(bucket=s.bucket, raw_prefix=s.raw_prefix, topic=s.topic),
+        "layout": PipelineLayout(
+            bucket=s.bucket, raw_prefix=s.raw_prefix, topic=s.topic, fim_code_rate=s.fim_code_rate
+        ),
         "cleaning": CleaningResource(config_path=s.cleaning_config_path),
         "dedup": DedupIndexResource(postgres_url=s.postgres_url),
         "trainer": TrainerResource(

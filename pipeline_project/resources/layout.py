@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_RAW_PREFIX, DEFAULT_TOPIC
+from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_FIM_CODE_RATE, DEFAULT_RAW_PREFIX, DEFAULT_TOPIC
 from pipeline_project.streaming.format import DEFAULT_MESSAGE_BYTES, DEFAULT_SEQ_LEN
 
 
@@ -26,9 +26,10 @@ class PipelineLayout(dg.ConfigurableResource):
     retention_bytes: int = -1
     """The token topic's retention.bytes per partition; -1 (the default): no size limit."""
     seq_len: int = DEFAULT_SEQ_LEN
-    fim_code_rate: float = 0.0
+    fim_code_rate: float = DEFAULT_FIM_CODE_RATE
     """Fill-in-the-middle (`streaming.fim`) for the code domain: the fraction of code documents laid out
-    prefix-suffix-middle (DeepSeek-V3: 0.1). 0 (the default) is off; other domains never get FIM. Part of the
+    prefix-suffix-middle (DeepSeek-V3: 0.1; $PIPELINE_FIM_CODE_RATE, which the local stack's Dagster sets). 0 (the
+    default) is off; other domains never get FIM. Part of the
     ledger fingerprint: a batch produced with one rate is refused with another."""
     fim_mode: str = "psm"
     """"psm" (DeepSeek-V3) or "spm"."""

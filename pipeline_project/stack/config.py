@@ -22,6 +22,9 @@ from .kafka_security import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The cleaning config the stack's Dagster runs with unless PIPELINE_CLEANING_CONFIG says otherwise (HumanEval
+# decontamination on): `StackConfig.dagster_corpus_env`
+DEEPSEEK_CLEANING_CONFIG = Path("deploy/local/cleaning-deepseek.json")
 
 # The Settings fields of Kafka security, and the variables clients read them (and the password) from
 KAFKA_SECURITY_FIELDS = ("kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
@@ -167,6 +170,12 @@ class StackConfig:
             dagster_url=self.dagster_url,
             postgres_url=self.postgres_url(),
         )
+
+    def dagster_corpus_env(self) -> dict[str, str]:
+        """What the stack's Dagster (code servers, runs) gets on top of `client_env()`: the DeepSeek-style corpus
+        settings, FIM for code and HumanEval decontamination (`settings.stack_corpus_env`), which the library and
+        the deployments leave off."""
+        return client_settings.stack_corpus_env(self.repo_root / DEEPSEEK_CLEANING_CONFIG)
 
     def client_env(self) -> dict[str, str]:
         """The environment every process the stack launches gets (and `stack env` prints): the clients' settings

@@ -91,8 +91,9 @@ class DagsterService(Service):
 
     def _env(self) -> dict[str, str]:
         # The code server, runs and the trainer they launch find the stack through these (S3 endpoint and keys,
-        # Kafka's security profile and password, ...): `Settings()` has no local S3 default of its own.
-        return {"DAGSTER_HOME": str(self.home), **self.config.client_env()}
+        # Kafka's security profile and password, ...): `Settings()` has no local S3 default of its own. The corpus
+        # settings (FIM, decontamination) are read when the code location loads: a running Dagster keeps its own.
+        return {"DAGSTER_HOME": str(self.home), **self.config.client_env(), **self.config.dagster_corpus_env()}
 
     def processes(self) -> list[ManagedProcess]:
         cfg = self.config

@@ -21,6 +21,7 @@ ABSENT = {
     "RANK": "set by torchrun",
     "LOCAL_RANK": "set by torchrun",
     "PIPELINE_CLEANING_CONFIG": "optional file of cleaning overrides; the defaults are the cleaning policy",
+    "PIPELINE_FIM_CODE_RATE": "FIM is off unless a deployment turns it on (the local stack's Dagster does)",
     "PIPELINE_TRIGGER_RETRY_BASE_S": "the trigger's back-off defaults (60 s doubling) suit every deployment",
     "PIPELINE_TRIGGER_RETRY_MAX_S": "the trigger's back-off defaults (at most 1 h) suit every deployment",
 }
