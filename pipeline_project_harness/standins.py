@@ -46,10 +46,14 @@ class MemoryDedupIndex(LocalIndex):
         """A re-run of a batch replaces its own entries: forget them before looking anything up."""
         self.drop_batch(batch_id)
 
-    def commit_batch(self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float) -> dict:
+    def commit_batch(
+        self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float, before_publish=None
+    ) -> dict:
         """Add (or, for a re-run, replace) a batch's kept documents; one writer, so none is ever taken first."""
         self.drop_batch(batch_id)
         self.add(batch_id, list(doc_ids), exact_keys, band_keys, signatures)
+        if before_publish is not None:
+            before_publish("", {})
         return {}
 
     def reserve_batch(self, batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold) -> dict:

@@ -34,7 +34,6 @@ re-run is published; then, in one transaction, the keys both share pass to the r
 the earlier publication's rows go. What is left open: an attempt whose PostgreSQL session ends while its process
 goes on to write the manifest can be judged dead first; its `publish` then fails (the step fails and its retry
 re-commits), and if it is never re-run, later batches may keep a second copy of its documents; never lose one.
-Same lookups as the streaming cleaner's in-memory `dedup_index.LocalIndex` (a band key keeps its first owner).
 """
 
 from __future__ import annotations
@@ -68,7 +67,7 @@ class DedupStoreUnavailableError(CleaningError):
 
 
 class PostgresDedupIndex:
-    """Same lookups as `LocalIndex`, over a PostgreSQL database (`url`: a libpq connection string).
+    """Same lookups as `LocalIndex` (a band key keeps its first owner), over PostgreSQL (`url`: a libpq string).
 
     `is_published(batch_id, attempt)`: whether the batch's published manifest names the attempt (the asset checks
     S3). Without it, a dead attempt reserved for a manifest is left pending (its keys stay blocked), and one that
@@ -117,13 +116,12 @@ class PostgresDedupIndex:
 
     @contextmanager
     def cursor(self):
-        """A cursor in one transaction: committed on success, rolled back on error; a lost connection is
-        `DedupStoreUnavailableError`."""
+        """A cursor in one transaction (committed on success, rolled back on error); lost: `DedupStoreUnavailableError`."""
         import psycopg2
 
         conn = self._connect()
         try:
-            with conn, conn.cursor() as cur:  # one transaction: committed on success, rolled back on error
+            with conn, conn.cursor() as cur:
                 yield cur
         except psycopg2.OperationalError as exc:
             self.close()
@@ -218,12 +216,16 @@ class PostgresDedupIndex:
         return np.frombuffer(sig, dtype=np.uint32) if sig else np.zeros(self.num_perm, dtype=np.uint32)
 
     # -- attempts: reserve, publish, abandon ------------------------------------------------------------------
-    def commit_batch(self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float) -> dict:
-        """Reserve and publish at once (no manifest in between): the in-memory pipeline's commit and the import."""
+    def commit_batch(
+        self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float, before_publish=None
+    ) -> dict:
+        """Reserve and publish at once (no manifest); `before_publish(attempt, late)` runs in between (copy counts)."""
         attempt = f"{batch_id}:{uuid.uuid4().hex[:12]}"
         late = self.reserve_batch(
             batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold, by_manifest=False
         )
+        if before_publish is not None:
+            before_publish(attempt, late)
         self.publish(attempt)
         return late
 
@@ -373,8 +375,7 @@ class PostgresDedupIndex:
 
     # -- migration -------------------------------------------------------------------------------------------
     def import_index(self, index: LocalIndex) -> int:
-        """Copy the S3 index file of earlier versions (`LocalIndex.from_bytes`) in, batch by batch (the migration
-        path); returns documents imported."""
+        """Copy an earlier version's S3 index file (`LocalIndex.from_bytes`) in, batch by batch; returns the count."""
         imported = 0
         batch_of = np.asarray(index.doc_batch)
         exact_by_entry = np.zeros(len(index), dtype=np.uint64)

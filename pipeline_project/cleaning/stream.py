@@ -227,20 +227,29 @@ class StreamingCleaner:
             np.concatenate(out.signatures) if out.signatures else empty_sigs,
         )
         threshold = signature_threshold(self.config.dedup.minhash)
+        late_ids: dict[str, str] = {}
+        copies: dict[str, tuple[int, int]] = {}
+        settled: list[str] = []
+
+        def settle(pending: str, late: dict[int, str]) -> None:  # before the attempt is published: copies with it
+            late_ids.update({out.doc_ids[i]: reason for i, reason in late.items()})
+            copies.update(batch_copies(out.batch_id, out.copies, out.doc_ids, late_ids, index, pending))
+            settled.append(pending)
+
         if attempt is None:
-            late = index.commit_batch(out.batch_id, *rows, near_threshold=threshold)
+            late = index.commit_batch(out.batch_id, *rows, near_threshold=threshold, before_publish=settle)
+            if not settled:  # an index that publishes without calling the hook (a stand-in)
+                settle("", late)
         else:
             late = index.reserve_batch(out.batch_id, attempt, *rows, near_threshold=threshold)
+            settle(attempt, late)
         # one index_commit row per profile, so each profile's table still adds up
         stats_of: dict[str, StepStats] = {}
         for domain in out.domains:
             stats_of.setdefault(domain, StepStats("index_commit", profile=domain)).docs_in += 1
         for i in late:
             stats_of[out.domains[i]].dropped += 1
-        late_ids = {out.doc_ids[i]: reason for i, reason in late.items()}
-        writer.set_outcome(
-            late_ids, batch_copies(out.batch_id, out.copies, out.doc_ids, late_ids, index, attempt or "")
-        )
+        writer.set_outcome(late_ids, copies)
         if late:
             ids = {out.doc_ids[i] for i in late}
             writer.retract(ids)

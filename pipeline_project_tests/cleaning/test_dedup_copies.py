@@ -76,3 +76,34 @@ def test_copy_counts_across_batches_and_only_for_published_attempts(pg_url):
     # re-running batch 1 sees the copies later batches published (the count so far)
     rows = _publish(pg_url, "b1", [A, A, B, A, _edit(A, 10, 12, 9_000_001), _edit(B, 50, 12, 9_000_101), C], "t5")
     assert (rows["b1-0"]["copies_exact"], rows["b1-0"]["copies_near"]) == (4, 1)
+
+
+def _commit_at_once(pg_url, batch_id, texts):
+    """Clean one batch and commit it with `commit_batch` (no attempt, no manifest: the in-process path)."""
+    client = MemoryS3Client({})
+    writer = BatchWriter(client, "b", f"shards/{batch_id}/c/", f"excl/{batch_id}/c/e.jsonl.zst")
+    writer.attributes = AttributeWriter(CONFIG, [])
+    cleaner = StreamingCleaner(CONFIG, chunk_docs=2)
+    index = PostgresDedupIndex(pg_url)
+    try:
+        out = cleaner.run(_docs(batch_id, texts), batch_id, index, writer, _records)
+        writer.finish_shards()
+        cleaner.commit(out, index, writer, _records)
+        writer.upload_exclusions()
+    finally:
+        index.close()
+    data = client.get_object(Bucket="b", Key=writer.attributes_key)["Body"].read()
+    return {r["doc_id"]: r for r in pq.read_table(pa.BufferReader(data)).to_pylist()}
+
+
+def test_copies_are_recorded_on_the_commit_batch_path_too(pg_url):
+    rows = _commit_at_once(pg_url, "k1", [A, A, B, _edit(A, 10, 12, 9_000_001), C])
+    assert (rows["k1-0"]["copies_exact"], rows["k1-0"]["copies_near"]) == (1, 1)
+    assert _counts(pg_url, ["k1/k1-0", "k1/k1-2"]) == {"k1/k1-0": (1, 1), "k1/k1-2": (0, 0)}
+    # a later batch committed at once adds its copies; committing it again replaces them
+    for _ in range(2):
+        _commit_at_once(pg_url, "k2", [A, _edit(B, 50, 12, 9_000_101)])
+        assert _counts(pg_url, ["k1/k1-0", "k1/k1-2"]) == {"k1/k1-0": (2, 1), "k1/k1-2": (0, 1)}
+    # and a re-run of the first batch sees them as its count so far
+    rows = _commit_at_once(pg_url, "k1", [A, A, B, _edit(A, 10, 12, 9_000_001), C])
+    assert (rows["k1-0"]["copies_exact"], rows["k1-0"]["copies_near"]) == (2, 1)
