@@ -48,7 +48,9 @@ def test_an_object_overwritten_after_its_batch_is_ingested_again_once(instance, 
     resources = {**resources, "layout": layout}
     sensor_res = {k: resources[k] for k in ("s3", "layout")}
     uid = layout.topic.split("-")[1]
-    rng = random.Random(uid)
+    # A fixed seed: the uid (a new seed each run) gave about 1 run in 11 a document that the quality filters drop
+    # (e.g. uid eb34d514: the second version, for `duplicated_5_n_grams`), and its marker never reached the topic.
+    rng = random.Random(0)
     v1, v2, other = (f"Marker{uid}{name}. " + prose_document(rng, "en", 2) for name in ("first", "second", "other"))
     key = f"{layout.raw_prefix}notes.txt"
     s3.put_object(Bucket=layout.bucket, Key=key, Body=v1.encode())
@@ -60,11 +62,13 @@ def test_an_object_overwritten_after_its_batch_is_ingested_again_once(instance, 
         *dg.load_asset_checks_from_modules([raw, cleaned, token_blocks]),
     ]
 
-    def ingest(batch: str) -> None:
-        assert dg.materialize(assets, resources=resources, partition_key=batch, instance=instance).success
+    def ingest(batch: str) -> int:
+        result = dg.materialize(assets, resources=resources, partition_key=batch, instance=instance)
+        assert result.success
+        return result.asset_materializations_for_node("cleaned_shards")[0].metadata["kept"].value
 
     first = _tick(instance, sensor_res, None)
-    ingest(first.run_requests[0].partition_key)
+    assert ingest(first.run_requests[0].partition_key) == 2, "the test's own documents pass the filters"
     s3.put_object(Bucket=layout.bucket, Key=key, Body=v2.encode())  # a new version, seconds later
     cursor, new = first.cursor, []
     for _ in range(4):
@@ -73,7 +77,7 @@ def test_an_object_overwritten_after_its_batch_is_ingested_again_once(instance, 
     assert len(new) == 1, f"the new version is input once, not {len(new)} times"
     etag = s3.head_object(Bucket=layout.bucket, Key=key)["ETag"].strip('"')
     assert [(o.key, o.etag) for o in read_manifest(s3, layout.bucket, new[0]).objects] == [(key, etag)]
-    ingest(new[0])
+    assert ingest(new[0]) == 1
     assert len(instance.get_dynamic_partitions(batches.name)) == 2
 
     texts = _topic_texts(stack, layout.topic)

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from confluent_kafka import Producer
 
 from pipeline_project.streaming.errors import DeadLetterLimitError
 from pipeline_project.streaming.format import FORMAT_VERSION, MalformedMessageError, encode_message
@@ -20,6 +21,7 @@ from pipeline_project_tests.streaming.test_loader_support import (
     make_topic,
     produce,
     produce_raw,
+    wait_until_committed_visible,
 )
 
 pytestmark = pytest.mark.stack
@@ -136,6 +138,22 @@ def test_resume_is_a_seek_not_a_replay(kafka, topic4):
                 assert off == state["partitions"][str(p)]["offset"]
     finally:
         loader.close()
+
+
+def test_the_fixtures_wait_holds_while_a_transaction_is_open(kafka):
+    """`produce` waits until its commit markers are visible before the tests capture end offsets: the wait must
+    compare the last stable offset with the high watermark, not with itself (a read_committed consumer's
+    watermark is the LSO, so the wait returned at once and, under load, a loader missed a transaction)."""
+    data = make_topic(kafka, 1)
+    producer = Producer(kafka.transactional_producer_config(f"test-{data.topic}"))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(data.topic, value=b"x", partition=0)
+    producer.flush(30)
+    with pytest.raises(AssertionError, match="commit markers not visible"):
+        wait_until_committed_visible(kafka, data, timeout_s=1.0)
+    producer.commit_transaction(30)
+    wait_until_committed_visible(kafka, data)
 
 
 def test_bounded_stops_at_the_end_captured_at_start(kafka):

@@ -137,7 +137,9 @@ def produce_raw(settings: KafkaSettings, topic: str, partition: int, value: byte
 
 
 def end_offsets(settings: KafkaSettings, data: TopicData) -> dict[int, int]:
-    consumer = settings.make_consumer()
+    """The partitions' high watermarks. Not the project's read_committed consumer: its watermark is the last stable
+    offset (librdkafka >= 1.8 honours isolation.level), which would make the wait above compare the LSO with itself."""
+    consumer = settings.make_consumer(overrides={"isolation.level": "read_uncommitted"})
     try:
         return {
             p: consumer.get_watermark_offsets(TopicPartition(data.topic, p), timeout=10)[1]
