@@ -204,6 +204,37 @@ class StreamingCleaner:
             index.publish(attempt)
         return published
 
+    def _write_index(self, out: StreamResult, index: Any, attempt: str | None) -> tuple[dict, dict, dict]:
+        """Reserve the batch as `attempt` (or commit it at once) and record its copies before it is published:
+        returns the late drops {row: reason}, {doc_id: reason} and the kept documents' copy counts."""
+        cfg = self.config.dedup.minhash
+        empty_bands = np.zeros((0, cfg.num_buckets), dtype=np.uint64)
+        empty_sigs = np.zeros((0, cfg.num_buckets * cfg.hashes_per_bucket), dtype=np.uint32)
+        rows = (
+            out.doc_ids,
+            np.concatenate(out.exact) if out.exact else np.zeros(0, dtype=np.uint64),
+            np.concatenate(out.bands) if out.bands else empty_bands,
+            np.concatenate(out.signatures) if out.signatures else empty_sigs,
+        )
+        threshold = signature_threshold(cfg)
+        late_ids: dict[str, str] = {}
+        copies: dict[str, tuple[int, int]] = {}
+        settled: list[str] = []
+
+        def settle(pending: str, late: dict[int, str]) -> None:
+            late_ids.update({out.doc_ids[i]: reason for i, reason in late.items()})
+            copies.update(batch_copies(out.batch_id, out.copies, out.doc_ids, late_ids, index, pending))
+            settled.append(pending)
+
+        if attempt is None:
+            late = index.commit_batch(out.batch_id, *rows, near_threshold=threshold, before_publish=settle)
+            if not settled:  # an index that publishes without calling the hook (a stand-in)
+                settle("", late)
+        else:
+            late = index.reserve_batch(out.batch_id, attempt, *rows, near_threshold=threshold)
+            settle(attempt, late)
+        return late, late_ids, copies
+
     def commit(
         self,
         out: StreamResult,
@@ -217,32 +248,7 @@ class StreamingCleaner:
         if index is None or self.config.dedup.scope != "global":
             writer.set_outcome({}, batch_copies(out.batch_id, out.copies, out.doc_ids, {}))
             return False
-        cfg = self.config.dedup.minhash
-        empty_bands = np.zeros((0, cfg.num_buckets), dtype=np.uint64)
-        empty_sigs = np.zeros((0, cfg.num_buckets * cfg.hashes_per_bucket), dtype=np.uint32)
-        rows = (
-            out.doc_ids,
-            np.concatenate(out.exact) if out.exact else np.zeros(0, dtype=np.uint64),
-            np.concatenate(out.bands) if out.bands else empty_bands,
-            np.concatenate(out.signatures) if out.signatures else empty_sigs,
-        )
-        threshold = signature_threshold(self.config.dedup.minhash)
-        late_ids: dict[str, str] = {}
-        copies: dict[str, tuple[int, int]] = {}
-        settled: list[str] = []
-
-        def settle(pending: str, late: dict[int, str]) -> None:  # before the attempt is published: copies with it
-            late_ids.update({out.doc_ids[i]: reason for i, reason in late.items()})
-            copies.update(batch_copies(out.batch_id, out.copies, out.doc_ids, late_ids, index, pending))
-            settled.append(pending)
-
-        if attempt is None:
-            late = index.commit_batch(out.batch_id, *rows, near_threshold=threshold, before_publish=settle)
-            if not settled:  # an index that publishes without calling the hook (a stand-in)
-                settle("", late)
-        else:
-            late = index.reserve_batch(out.batch_id, attempt, *rows, near_threshold=threshold)
-            settle(attempt, late)
+        late, late_ids, copies = self._write_index(out, index, attempt)
         # one index_commit row per profile, so each profile's table still adds up
         stats_of: dict[str, StepStats] = {}
         for domain in out.domains:
