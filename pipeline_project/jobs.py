@@ -10,7 +10,7 @@ import dagster as dg
 
 from pipeline_project.assets.checkpoint import deepseek_checkpoint
 from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS, batches, with_max_runtime
+from pipeline_project.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project.assets.raw import raw_text
 from pipeline_project.assets.token_blocks import token_blocks
 from pipeline_project.settings import Settings
@@ -22,8 +22,7 @@ TRAINING_JOB_TAGS = with_max_runtime(TRAINING_RUN_TAGS, _settings.training_max_r
 
 ingest_batch = dg.define_asset_job(
     "ingest_batch",
-    selection=INGEST_SELECTION,
-    partitions_def=batches,
+    selection=INGEST_SELECTION,  # partitioned by `batches`, inferred from the assets
     tags=INGEST_JOB_TAGS,
     executor_def=dg.in_process_executor,
     description="One batch: raw_text -> cleaned_shards -> token_blocks and their checks, in one process.",

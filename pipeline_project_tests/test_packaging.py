@@ -107,6 +107,7 @@ _NO_DAGSTER = textwrap.dedent(
                 raise ImportError(f"the trainer must not import {name}")
 
     sys.meta_path.insert(0, NoDagster())
+    import pipeline_project.training.run, pipeline_project.training.distributed  # what main imports to train
     sys.argv = ["pipeline-train", "--help"]
     runpy.run_module("pipeline_project.training.entrypoint", run_name="__main__")
     """

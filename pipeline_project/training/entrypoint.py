@@ -23,9 +23,7 @@ import sys
 from pathlib import Path
 
 from pipeline_project.settings import DistEnv
-from pipeline_project.training import distributed
 from pipeline_project.training.job import JobConfig, TrainJobResult
-from pipeline_project.training.run import run_job
 
 RESULT_PREFIX = "TRAIN_RESULT "
 
@@ -61,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(job.model_dump_json(), flush=True)
         return 0
+    # torch only now: a bad or missing job fails in a second, not after the seconds torch takes to import
+    from pipeline_project.training import distributed
+    from pipeline_project.training.run import run_job
+
     try:
         result = run_job(job)
         if DistEnv.from_env().rank == 0:
