@@ -219,17 +219,13 @@ class StreamingCleaner:
         threshold = signature_threshold(cfg)
         late_ids: dict[str, str] = {}
         copies: dict[str, tuple[int, int]] = {}
-        settled: list[str] = []
 
         def settle(pending: str, late: dict[int, str]) -> None:
             late_ids.update({out.doc_ids[i]: reason for i, reason in late.items()})
             copies.update(batch_copies(out.batch_id, out.copies, out.doc_ids, late_ids, index, pending))
-            settled.append(pending)
 
         if attempt is None:
             late = index.commit_batch(out.batch_id, *rows, near_threshold=threshold, before_publish=settle)
-            if not settled:  # an index that publishes without calling the hook (a stand-in)
-                settle("", late)
         else:
             late = index.reserve_batch(out.batch_id, attempt, *rows, near_threshold=threshold)
             settle(attempt, late)

@@ -59,8 +59,10 @@ def test_a_late_duplicate_is_retracted_from_an_uploaded_shard():
     texts = _corpus(23, 5)
 
     class TakenFirst(MemoryDedupIndex):
-        def commit_batch(self, batch_id, doc_ids, *args, **kwargs):
-            return {1: "exact_duplicate_of:other/doc-9"}  # another batch committed x-1 meanwhile
+        def commit_batch(self, batch_id, doc_ids, *args, before_publish=None, **kwargs):
+            late = {1: "exact_duplicate_of:other/doc-9"}  # another batch committed x-1 meanwhile
+            before_publish("", late)
+            return late
 
     out, kept, _ = _run(_docs("x", texts), chunk_docs=2, index=TakenFirst(), max_shard_bytes=100)
     assert "x-1" not in kept and len(kept) == 4
