@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline_project.stack import Stack  # noqa: E402
-from pipeline_project.streaming.ledger import read_ledger  # noqa: E402
+from pipeline_project.streaming.ledger.records import read_ledger  # noqa: E402
 from pipeline_project_harness.reliability import dagster_faults as df  # noqa: E402
 from pipeline_project_harness.reliability.faults import kafka_of  # noqa: E402
 from pipeline_project_harness.reliability.stacks import ROOT_PREFIXES, throwaway_stack  # noqa: E402
@@ -44,7 +44,7 @@ SOURCES = ("web", "code", "books", "audio", "news")  # each sorts before the one
 
 def upload_interleaved(stack: Stack, i: int, prefixes: int) -> str:
     """Upload i goes under source i mod `prefixes`, with a sequence key."""
-    from pipeline_project.demo.sample_corpus import generate
+    from pipeline_project.demo.sample.corpus import generate
 
     settings = stack.settings()
     f = generate(seed=500 + i, docs_per_language=1)[0]

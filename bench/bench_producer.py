@@ -32,15 +32,15 @@ from stack_bench import cpu_by_process
 
 from pipeline_project.settings import Settings
 from pipeline_project.stack import Stack
-from pipeline_project.stack.kafka import tool_command
-from pipeline_project.streaming.format import max_blocks_per_message
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.ledger import ledger_topic
-from pipeline_project.streaming.packing import BlockPacker
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
+from pipeline_project.stack.kafka.cluster import tool_command
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.format import max_blocks_per_message
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.ledger.records import ledger_topic
+from pipeline_project.streaming.produce.packing import BlockPacker
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project.streaming.tokenizer import load_tokenizer
-from pipeline_project.streaming.topics import ensure_topic
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"

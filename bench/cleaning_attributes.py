@@ -52,8 +52,9 @@ class _S3:
 
 def one_run(docs: int) -> dict:
     """Clean the corpus sample once with whatever `pipeline_project` is on the path."""
-    from pipeline_project.cleaning import CleaningConfig, publish, read_object
-    from pipeline_project.cleaning.batch_writer import BatchWriter
+    from pipeline_project.cleaning import CleaningConfig, read_object
+    from pipeline_project.cleaning.output import publish
+    from pipeline_project.cleaning.output.writer import BatchWriter
     from pipeline_project.cleaning.stream import StreamingCleaner
 
     cfg = CleaningConfig()

@@ -87,7 +87,7 @@ def folder_of(doc) -> str:
 
 # --------------------------------------------------------------------------- 1. keep rates
 def keep_rates(docs, config):
-    from pipeline_project.cleaning.pipeline import CleaningPipeline
+    from pipeline_project.cleaning.chain.chain import CleaningPipeline
 
     start = time.process_time()
     pipeline = CleaningPipeline(config)
@@ -141,7 +141,7 @@ def decontaminated(result):
 
 
 def long_enough(docs, result, config):
-    from pipeline_project.cleaning.text import is_word, split_words
+    from pipeline_project.cleaning.steps.text import is_word, split_words
 
     least = config.profiles.zh_web.gopher_quality.min_doc_words
     text = {d.id: d.text for d in docs}
@@ -315,7 +315,7 @@ def _quality_args(q, lang):
 def agreement(docs, config):
     from datatrove.data import Document as DTDoc
 
-    from pipeline_project.cleaning.profiles import ProfileRouter, build_chain, run_chain, split_at_dedup
+    from pipeline_project.cleaning.chain.profiles import ProfileRouter, build_chain, run_chain, split_at_dedup
     from pipeline_project.cleaning.steps import RunContext
 
     router, dt = ProfileRouter(config), DataTroveChains(config)
@@ -377,8 +377,8 @@ def selection_cost(docs, config, off, reps: int):
     """Best-of-`reps` CPU seconds: (a) English web pages routed vs the chain of before (identical decisions);
     (b) every document routed vs each profile's chain run directly on its documents, the grouping known."""
     from pipeline_project.cleaning import Document
-    from pipeline_project.cleaning.pipeline import CleaningPipeline
-    from pipeline_project.cleaning.profiles import ProfileRouter, run_chain
+    from pipeline_project.cleaning.chain.chain import CleaningPipeline
+    from pipeline_project.cleaning.chain.profiles import ProfileRouter, run_chain
     from pipeline_project.cleaning.steps import RunContext
 
     router = ProfileRouter(config)
@@ -507,8 +507,8 @@ def markdown(res) -> str:
 
 def main():
     from pipeline_project.cleaning import CleaningConfig
-    from pipeline_project.cleaning.decontam_index import DecontaminationConfig
-    from pipeline_project.cleaning.profile_config import ProfilesConfig
+    from pipeline_project.cleaning.config.profiles import ProfilesConfig
+    from pipeline_project.cleaning.decontam.index import DecontaminationConfig
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="at most 1500 documents per file")

@@ -157,9 +157,9 @@ def _ours_throughput(raw):
     side: ftfy, Gopher repetition, Gopher quality, C4, FineWeb, MinHash signatures (the en_web chain for every
     document, as DataTrove's side: profiles off)."""
     from pipeline_project.cleaning import CleaningConfig, Document
+    from pipeline_project.cleaning.chain.chain import CleaningPipeline
     from pipeline_project.cleaning.config import LanguageConfig, PIIConfig
-    from pipeline_project.cleaning.pipeline import CleaningPipeline
-    from pipeline_project.cleaning.profile_config import ProfilesConfig
+    from pipeline_project.cleaning.config.profiles import ProfilesConfig
 
     cfg = CleaningConfig(
         language=LanguageConfig(enabled=False), pii=PIIConfig(enabled=False), profiles=ProfilesConfig(enabled=False)
@@ -217,7 +217,7 @@ def _dt_keeps(filters, doc) -> bool:
 def _scale_child(factor: int, per_file: int):
     from pipeline_project.cleaning import CleaningConfig, Document
     from pipeline_project.cleaning.config import LanguageConfig
-    from pipeline_project.cleaning.profile_config import ProfilesConfig
+    from pipeline_project.cleaning.config.profiles import ProfilesConfig
     from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
     base = load_docs(per_file)
@@ -272,7 +272,7 @@ def index_cost(docs, batches: int):
         GopherRepetitionConfig,
         LanguageConfig,
     )
-    from pipeline_project.cleaning.profile_config import ProfilesConfig
+    from pipeline_project.cleaning.config.profiles import ProfilesConfig
     from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
     cfg = CleaningConfig(

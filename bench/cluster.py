@@ -53,8 +53,8 @@ class _Identity:
 def worker(topic: str, rank: int, world: int, seq_len: int, batch: int) -> dict:
     """One rank's loader, every batch of its share of the topic; runs on a trainer host (`cluster exec`)."""
     from pipeline_project.settings import Settings
-    from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
+    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
 
     kafka = KafkaSettings.from_settings(Settings(), client_id=f"bench-r{rank}")
     started = time.perf_counter()
@@ -71,10 +71,10 @@ def worker(topic: str, rank: int, world: int, seq_len: int, batch: int) -> dict:
 
 
 def produce_topic(cluster, mib: float, seq_len: int) -> tuple[str, int]:
-    from pipeline_project.streaming.format import max_blocks_per_message
-    from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.streaming.producer import produce_blocks
-    from pipeline_project.streaming.topics import ensure_topic
+    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.streaming.kafka.format import max_blocks_per_message
+    from pipeline_project.streaming.kafka.topics import ensure_topic
+    from pipeline_project.streaming.produce.producer import produce_blocks
 
     kafka = KafkaSettings.from_settings(cluster.settings(), client_id="bench-producer")
     topic = f"bench-cluster-{uuid.uuid4().hex[:6]}"
@@ -121,7 +121,7 @@ def trainer_kill_trial(cluster, work: Path) -> dict:
     S3; a retry of the same job on both nodes continues from it. Seconds from the kill to the survivor's exit and to
     the retry's end, and the blocks counted by position and content hash (as test_host_faults.py does)."""
     from pipeline_project.streaming.tokenizer import load_tokenizer
-    from pipeline_project.training.checkpoint import read_latest, s3_client
+    from pipeline_project.training.checkpoint.store import read_latest, s3_client
     from pipeline_project_harness.cluster import multinode as mn
 
     opts, hosts = mn.cluster_opts(cluster), list(HOSTS)

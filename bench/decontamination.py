@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_results
 
-from pipeline_project.cleaning.decontam_index import HUMANEVAL, BenchmarkSource, DecontaminationConfig
+from pipeline_project.cleaning.decontam.index import HUMANEVAL, BenchmarkSource, DecontaminationConfig
 from pipeline_project.cleaning.records import Document
 from pipeline_project.cleaning.steps.decontaminate import Decontaminate
 

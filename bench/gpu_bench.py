@@ -72,9 +72,9 @@ def _topic_messages(kafka, topic: str) -> int:
 
 def _produce_synthetic(kafka, tok, seq_len: int, mib: float, partitions: int) -> str:
     """Random token blocks (ids < vocab; the last block half padding) to a fresh bench topic, as the producer does."""
-    from pipeline_project.streaming.format import PAD_TOKEN, max_blocks_per_message
-    from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-    from pipeline_project.streaming.topics import ensure_topic
+    from pipeline_project.streaming.kafka.format import PAD_TOKEN, max_blocks_per_message
+    from pipeline_project.streaming.kafka.topics import ensure_topic
+    from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
 
     topic = f"bench-gpu-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka.make_admin(), topic, partitions=partitions, replication_factor=3, min_insync_replicas=2)
@@ -101,8 +101,8 @@ def _read_segment(kafka, topic: str, max_bytes: int) -> tuple[list[Record], str,
     """read_committed messages from each partition's start, round robin, until `max_bytes` of values."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    from pipeline_project.streaming.format import read_header
-    from pipeline_project.streaming.preflight import describe_topic
+    from pipeline_project.streaming.kafka.format import read_header
+    from pipeline_project.streaming.load.preflight import describe_topic
 
     partitions, topic_id = describe_topic(kafka.make_admin(), topic, 30)
     c = kafka.make_consumer(overrides={"enable.partition.eof": True, "auto.offset.reset": "earliest"})
@@ -136,7 +136,7 @@ def _read_segment(kafka, topic: str, max_bytes: int) -> tuple[list[Record], str,
 
 def cmd_record(args) -> None:
     from pipeline_project.stack import Stack
-    from pipeline_project.streaming.kafka_client import KafkaSettings
+    from pipeline_project.streaming.kafka.client import KafkaSettings
     from pipeline_project.streaming.tokenizer import load_tokenizer
 
     settings = Stack().settings()
@@ -198,7 +198,7 @@ def _train(cfg, batches, state, warmup: int) -> dict:
 
 def _loader_fed(rec, batch_size: int, device, depth: int):
     """Replayed batches through the prefetch thread, moved to the device as the loader's __next__ does."""
-    from pipeline_project.streaming.prefetch import prefetch_batches
+    from pipeline_project.streaming.produce.prefetch import prefetch_batches
 
     pin = device.type == "cuda"
     for (batch,) in prefetch_batches(cycle_batches(rec, batch_size, pin_memory=pin), 1, depth):
@@ -218,7 +218,7 @@ def _cpu_name() -> str:
 def cmd_run(args) -> None:
     import torch
 
-    from pipeline_project.streaming.loader_config import LoaderConfig
+    from pipeline_project.streaming.load.config import LoaderConfig
     from pipeline_project.training.presets import ModelPreset, build_config, count_parameters
     from pipeline_project.training.resume import build_training_state
     from pipeline_project.training.trainer import TrainConfig

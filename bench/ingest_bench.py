@@ -131,13 +131,13 @@ def run_one(args: argparse.Namespace) -> dict:
     """One batch through the ingest graph, in this process (the parent reads our peak RSS)."""
     import dagster as dg
 
-    from pipeline_project.assets import cleaned, raw, token_blocks
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.ingest import BatchManifest, RawObject, make_batch_id, write_manifest_once
-    from pipeline_project.resources import build_resources
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.dedup import DedupIndexResource
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.assets import cleaned, raw, token_blocks
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.resources import build_resources
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.dedup import DedupIndexResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
+    from pipeline_project.ingest.manifest import BatchManifest, RawObject, make_batch_id, write_manifest_once
     from pipeline_project.stack import Stack
 
     settings = Stack().settings()
@@ -179,7 +179,7 @@ def run_one(args: argparse.Namespace) -> dict:
         }
     c = meta["cleaned_shards"]
     traffic = c.get("dedup_index") or {}
-    from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
+    from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
 
     history = PostgresDedupIndex(settings.postgres_url, schema=args.schema)
     index_docs = len(history)  # documents in the index after this batch

@@ -25,10 +25,15 @@ from bench_results import host, load_line, print_table, write
 from confluent_kafka import Producer
 
 from pipeline_project.settings import Settings
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.ledger import ProduceReport, ensure_ledger_topic, ledger_topic, read_ledger_records
-from pipeline_project.streaming.ledger_index import PostgresLedgerIndex
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.ledger.index import PostgresLedgerIndex
+from pipeline_project.streaming.ledger.records import (
+    ProduceReport,
+    ensure_ledger_topic,
+    ledger_topic,
+    read_ledger_records,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ledger_read.json"
 

@@ -37,7 +37,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline_project.streaming.mixture import MixtureConfig, MixtureSampler, RankMixture  # noqa: E402
+from pipeline_project.streaming.load.mixture import MixtureConfig, MixtureSampler, RankMixture  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "mixture.json"
 TARGET = {"en_web": 0.5, "zh_web": 0.3, "code": 0.15, "books": 0.05}
@@ -101,7 +101,7 @@ def _items(per_domain: int):
 
 
 def _read(cfg, n_blocks: int, state=None):
-    from pipeline_project.streaming.mixture_loader import make_loader
+    from pipeline_project.streaming.load.domain_source import make_loader
 
     loader = make_loader(cfg)
     if state is not None:
@@ -120,10 +120,10 @@ def _read(cfg, n_blocks: int, state=None):
 
 def stack_part() -> dict:
     from pipeline_project.settings import Settings
-    from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.streaming.loader import LoaderConfig
-    from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-    from pipeline_project.streaming.topics import ensure_topic
+    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.streaming.kafka.topics import ensure_topic
+    from pipeline_project.streaming.load.loader import LoaderConfig
+    from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
 
     kafka = KafkaSettings.from_settings(Settings())
     topic = f"bench-mixture-{uuid.uuid4().hex[:8]}"

@@ -28,10 +28,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_results
 
-from pipeline_project.streaming.fim import FimApplier, FimPolicy, FimSentinels
-from pipeline_project.streaming.packing import DomainPackers
-from pipeline_project.streaming.spans import SpanRecorder, decode_spans
-from pipeline_project.streaming.staging import rechunk, split_item
+from pipeline_project.streaming.kafka.spans import SpanRecorder, decode_spans
+from pipeline_project.streaming.produce.fim import FimApplier, FimPolicy, FimSentinels
+from pipeline_project.streaming.produce.packing import DomainPackers
+from pipeline_project.streaming.produce.staging import rechunk, split_item
 from pipeline_project.streaming.tokenizer import load_tokenizer
 from pipeline_project.training.step_log import runs_of
 
@@ -136,13 +136,13 @@ def step_log_size(message_blocks: list[int], batch: int, seed: int = 0) -> dict:
 
 
 def trace_time(docs: list[tuple[str, str]], tokenizer, batch: int, steps: int) -> dict:
-    from pipeline_project.cleaning.publish import ShardEntry, ShardManifest, iter_shard_documents, write_manifest
+    from pipeline_project.cleaning.output.publish import ShardEntry, ShardManifest, iter_shard_documents, write_manifest
+    from pipeline_project.cleaning.output.shards import write_shards
     from pipeline_project.cleaning.records import Document
-    from pipeline_project.cleaning.shards import write_shards
+    from pipeline_project.provenance.trace import read_messages, trace_step
     from pipeline_project.settings import Settings
-    from pipeline_project.streaming.kafka_client import KafkaSettings, ensure_topic
-    from pipeline_project.streaming.provenance import read_messages, trace_step
-    from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
+    from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
+    from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 
     settings, run = Settings(), uuid.uuid4().hex[:8]
     s3, bucket, kafka = settings.s3_client(), settings.bucket, KafkaSettings.from_settings(settings)

@@ -223,9 +223,9 @@ def dagster_trial(stack: Stack, i: int, state: dict):
 
 
 def bad_input_classes(work: Path) -> list[dict]:
-    """Every class of `pipeline_project.demo.bad_input` (small scale), read by the readers: the reasons it got."""
+    """Every class of `pipeline_project.demo.bad_input.write` (small scale), read by the readers: the reasons it got."""
     try:
-        from pipeline_project.demo.bad_input import EXPECTED_NAME, write_bad_input
+        from pipeline_project.demo.bad_input.write import EXPECTED_NAME, write_bad_input
     except ImportError:
         return []
     from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from pipeline_project.listing import CURSOR_MARGIN_S, Limits, TickCursor, plan_tick, server_time
-from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.ingest.listing.plan import CURSOR_MARGIN_S, Limits, TickCursor, plan_tick, server_time
 from pipeline_project.stack import Stack
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sensor_tick.json"

@@ -34,13 +34,13 @@ import seed_baseline  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 
 from pipeline_project.settings import Settings  # noqa: E402
-from pipeline_project.streaming.format import max_blocks_per_message  # noqa: E402
-from pipeline_project.streaming.kafka_client import KafkaSettings  # noqa: E402
-from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig  # noqa: E402
-from pipeline_project.streaming.packing import BlockPacker  # noqa: E402
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks  # noqa: E402
+from pipeline_project.streaming.kafka.client import KafkaSettings  # noqa: E402
+from pipeline_project.streaming.kafka.format import max_blocks_per_message  # noqa: E402
+from pipeline_project.streaming.kafka.topics import ensure_topic  # noqa: E402
+from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig  # noqa: E402
+from pipeline_project.streaming.produce.packing import BlockPacker  # noqa: E402
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks  # noqa: E402
 from pipeline_project.streaming.tokenizer import load_tokenizer  # noqa: E402
-from pipeline_project.streaming.topics import ensure_topic  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpus"
 JARS = REPO / "deploy" / "local" / "kafka" / "target" / "jars"

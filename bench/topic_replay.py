@@ -27,11 +27,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from pipeline_project.streaming.assembler import Batch, BatchAssembler
-from pipeline_project.streaming.assignment import partitions_for_rank
-from pipeline_project.streaming.loader_config import LoaderConfig
-from pipeline_project.streaming.partition_reader import PartitionReader
-from pipeline_project.streaming.state import Cursor, Interleaver, make_state
+from pipeline_project.streaming.load.assembler import Batch, BatchAssembler
+from pipeline_project.streaming.load.assignment import partitions_for_rank
+from pipeline_project.streaming.load.config import LoaderConfig
+from pipeline_project.streaming.load.partition_reader import PartitionReader
+from pipeline_project.streaming.load.state import Cursor, Interleaver, make_state
 
 MAGIC = b"TOPICSEG1\n"
 _U32 = struct.Struct("<I")

@@ -20,9 +20,9 @@ from pathlib import Path
 import dagster as dg
 from bench_results import host, load_line, print_table, write
 
-from pipeline_project.assets.backlog import BacklogState
-from pipeline_project.resources.trigger import TrainingTrigger
-from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+from pipeline_project.defs.assets.backlog import BacklogState
+from pipeline_project.defs.resources.trigger import TrainingTrigger
+from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 
 RESULTS = Path(__file__).resolve().parent / "results" / "trigger_tick.json"
 PARTITIONS = 8

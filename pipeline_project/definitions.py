@@ -2,11 +2,11 @@
 
 import dagster as dg
 
-from pipeline_project.assets import batch_failures, checkpoint, cleaned, raw, token_blocks
-from pipeline_project.jobs import INGEST_JOB_TAGS, INGEST_SELECTION, ingest_batch, train_checkpoint
-from pipeline_project.resources import build_resources
-from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.assets import batch_failures, checkpoint, cleaned, raw, token_blocks
+from pipeline_project.defs.jobs import INGEST_JOB_TAGS, INGEST_SELECTION, ingest_batch, train_checkpoint
+from pipeline_project.defs.resources import build_resources
+from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 
 _modules = [raw, cleaned, token_blocks, checkpoint, batch_failures]
 

@@ -259,7 +259,7 @@ class Settings:
     training_max_runtime_s: int = field(
         default_factory=lambda: int(_env("PIPELINE_TRAINING_MAX_RUNTIME_S", str(DEFAULT_TRAINING_MAX_RUNTIME_S)))
     )
-    # Prometheus (pipeline_project/metrics.py): the trainer's /metrics base port (rank r serves base + local rank;
+    # Prometheus (pipeline_project/common/metrics/prometheus.py): the trainer's /metrics base port (rank r serves base + local rank;
     # unset or 0: off), and the Pushgateway short-lived Dagster steps push to (unset: the local stack's; "off": none)
     metrics_port: int = field(default_factory=lambda: int(_env("PIPELINE_METRICS_PORT", "0")))
     pushgateway_url: str = field(

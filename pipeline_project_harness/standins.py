@@ -15,11 +15,10 @@ from collections.abc import Iterable
 import numpy as np
 import zstandard
 
-from pipeline_project.cleaning.batch_writer import BatchWriter
+from pipeline_project.cleaning.chain.chain import CleaningPipeline, CleaningResult
 from pipeline_project.cleaning.config import CleaningConfig
-from pipeline_project.cleaning.dedup_index import FILE_FORMAT, LocalIndex
-from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult
-from pipeline_project.cleaning.publish import (
+from pipeline_project.cleaning.dedup.local import FILE_FORMAT, LocalIndex
+from pipeline_project.cleaning.output.publish import (
     EXCLUSIONS_NAME,
     PublishedBatch,
     ShardEntry,
@@ -27,6 +26,7 @@ from pipeline_project.cleaning.publish import (
     exclusion_records_of,
     write_manifest,
 )
+from pipeline_project.cleaning.output.writer import BatchWriter
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import StepStats
 from pipeline_project.cleaning.steps.dedup import signature_threshold

@@ -18,8 +18,8 @@ import pytest
 
 from pipeline_project.settings import Settings
 from pipeline_project.stack import Stack, StackConfig
-from pipeline_project.stack.kafka_security import CLIENT_USER
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.stack.kafka.security import CLIENT_USER
+from pipeline_project.streaming.kafka.client import KafkaSettings
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ class SecureCluster:
 def isolated_resources(settings: Settings, uid: str) -> dict:
     """`build_resources(settings)` with this test's own prefixes, topic and dedup index (a Postgres schema of its
     own), and the cleaning filters in process, as the dagster_layer tests run them."""
-    from pipeline_project.resources import build_resources
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.dedup import DedupIndexResource
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources import build_resources
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.dedup import DedupIndexResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
 
     layout = PipelineLayout(raw_prefix=f"sx-{uid}/raw/", shards_prefix=f"sx-{uid}/shards/",
                             exclusions_prefix=f"sx-{uid}/exclusions/", dedup_prefix=f"sx-{uid}/dedup/",

@@ -19,8 +19,8 @@ import zstandard
 
 from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object
 from pipeline_project.cleaning.config import ReaderConfig
-from pipeline_project.cleaning.readers import REASONS
-from pipeline_project.demo.bad_input import CLASSES, EXPECTED_NAME, KEPT, SCALES, write_bad_input
+from pipeline_project.cleaning.read.readers import REASONS
+from pipeline_project.demo.bad_input.write import CLASSES, EXPECTED_NAME, KEPT, SCALES, write_bad_input
 
 SCALE = "small"
 
@@ -94,8 +94,8 @@ def test_full_scale_is_what_the_issue_asks_for_and_small_keeps_each_class_over_i
 
 
 def test_the_generator_refuses_paths_that_leave_its_directory(tmp_path, monkeypatch):
-    from pipeline_project.demo import bad_input
-    from pipeline_project.ingest import UnsafeKeyError
+    from pipeline_project.demo.bad_input import write as bad_input
+    from pipeline_project.ingest.manifest import UnsafeKeyError
 
     evil = bad_input.BadClass("evil", KEPT, "x", lambda rng, s: [bad_input.BadFile("../escape.txt", [b"x"], 1)])
     monkeypatch.setattr(bad_input, "CLASSES", [evil])
@@ -109,8 +109,8 @@ def test_the_generator_refuses_paths_that_leave_its_directory(tmp_path, monkeypa
 
 @pytest.fixture
 def graph(tmp_path, expected):
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
     from pipeline_project_tests.dagster_layer.standins import standin_resources
 
     uid = uuid.uuid4().hex[:8]
@@ -139,7 +139,7 @@ def _upload(res, layout, files: dict[str, bytes]) -> None:
 
 def _sensor_batch(instance, res) -> str:
     from pipeline_project.definitions import defs
-    from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 
     with dg.build_sensor_context(
         instance=instance, resources={k: res[k] for k in ("s3", "layout")}, definitions=defs
@@ -152,10 +152,10 @@ def _sensor_batch(instance, res) -> str:
 
 
 def _materialize(instance, res, batch):
-    from pipeline_project.assets import cleaned, raw, token_blocks
-    from pipeline_project.assets.cleaned import cleaned_shards
-    from pipeline_project.assets.raw import raw_text
-    from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
+    from pipeline_project.defs.assets import cleaned, raw, token_blocks
+    from pipeline_project.defs.assets.cleaned import cleaned_shards
+    from pipeline_project.defs.assets.raw import raw_text
+    from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
 
     checks = dg.load_asset_checks_from_modules([raw, cleaned, token_blocks])
     result = dg.materialize(
@@ -254,7 +254,7 @@ def test_objects_that_vanish_or_change_after_the_sensor_tick_are_quarantined_and
 def test_the_cli_writes_the_small_scale_and_refuses_a_non_empty_directory(tmp_path):
     from typer.testing import CliRunner
 
-    from pipeline_project.cli import app
+    from pipeline_project.cli.app import app
 
     out = tmp_path / "bad"
     result = CliRunner().invoke(app, ["bad-input", str(out), "--scale", "small"])

@@ -2,8 +2,8 @@
 
 import dagster as dg
 
+from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.demo.runner import SENSOR_NAME_TAG
-from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 
 
 def test_the_sensor_tag_the_demo_reads_is_the_one_dagster_writes_on_sensor_launched_runs():

@@ -5,7 +5,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from pipeline_project.cleaning import CleaningConfig, Document, Quarantined
 from pipeline_project.cleaning.config import ReaderConfig
-from pipeline_project.ingest import (
+from pipeline_project.ingest.manifest import (
     BatchManifest,
     RawObject,
     UnsafeKeyError,
@@ -188,8 +188,8 @@ class RangeLog(MemoryS3Client):
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    from pipeline_project import ingest
-    from pipeline_project.cleaning import readers
+    from pipeline_project.cleaning.read import readers
+    from pipeline_project.ingest import manifest as ingest
 
     monkeypatch.setattr(ingest, "BLOCK_BYTES", 1000)
     monkeypatch.setattr(readers, "STREAM_WINDOW", 500)

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
-from pipeline_project.listing import Limits, TickCursor, plan_tick
+from pipeline_project.ingest.listing.plan import Limits, TickCursor, plan_tick
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

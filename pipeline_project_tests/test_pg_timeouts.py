@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
-from pipeline_project.pg_timeouts import connect_kwargs, with_timeouts
+from pipeline_project.common.pg_timeouts import connect_kwargs, with_timeouts
 from pipeline_project.stack.config import REPO_ROOT
 
 

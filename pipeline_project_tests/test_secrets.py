@@ -18,12 +18,12 @@ from botocore.exceptions import ClientError
 from mlflow.tracking import MlflowClient
 
 from pipeline_project import settings as settings_module
-from pipeline_project.resources import build_resources
-from pipeline_project.resources.launchers import JOB_CONFIG_ENV
-from pipeline_project.resources.trainer import TrainerResource
+from pipeline_project.defs.resources import build_resources
+from pipeline_project.defs.resources.launchers import JOB_CONFIG_ENV
+from pipeline_project.defs.resources.trainer import TrainerResource
 from pipeline_project.settings import LOCAL_POSTGRES_PASSWORD, LOCAL_S3_ACCESS_KEY, LOCAL_S3_SECRET_KEY, Settings
 from pipeline_project.stack import Stack, StackConfig
-from pipeline_project.stack.kafka_security import BROKER_USER
+from pipeline_project.stack.kafka.security import BROKER_USER
 from pipeline_project_tests.secure_kafka import SecureCluster, isolated_resources, secure_stack
 
 # -- no default credentials outside the local stack -----------------------------------------------------------------
@@ -131,10 +131,10 @@ def _event_errors(result) -> list[str]:
 @pytest.mark.stack
 def test_no_secret_reaches_any_log_metadata_mlflow_job_file_or_error(secure: SecureCluster, stack, monkeypatch,
                                                                      caplog, tmp_path):  # fmt: skip
-    from pipeline_project.assets import checkpoint, cleaned, raw, token_blocks
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.demo.sample_corpus import generate
-    from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.defs.assets import checkpoint, cleaned, raw, token_blocks
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.demo.sample.corpus import generate
 
     uid = uuid.uuid4().hex[:8]
     secrets = {

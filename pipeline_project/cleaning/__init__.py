@@ -5,10 +5,10 @@ Never imports dagster. The `cleaned_shards` asset reads a batch (`read_stream`),
 the exclusion sink through a `BatchWriter` and publishes a `ShardManifest`.
 """
 
-from pipeline_project.cleaning.batch_writer import BatchWriter
+from pipeline_project.cleaning.chain.pool import FilterPool
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.errors import CleaningError, CountsMismatchError
-from pipeline_project.cleaning.publish import (
+from pipeline_project.cleaning.output.publish import (
     PublishedBatch,
     ShardEntry,
     ShardManifest,
@@ -18,12 +18,12 @@ from pipeline_project.cleaning.publish import (
     verify_published,
     write_manifest,
 )
-from pipeline_project.cleaning.readers import read_object, read_stream
+from pipeline_project.cleaning.output.shards import Shard, read_shard, write_shards
+from pipeline_project.cleaning.output.writer import BatchWriter
+from pipeline_project.cleaning.read.readers import read_object, read_stream
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
-from pipeline_project.cleaning.shards import Shard, read_shard, write_shards
 from pipeline_project.cleaning.steps import StepStats
 from pipeline_project.cleaning.stream import StreamingCleaner, StreamResult
-from pipeline_project.cleaning.workers import FilterPool
 
 __all__ = [
     "BatchWriter",

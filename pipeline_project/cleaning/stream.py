@@ -27,13 +27,13 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pipeline_project.cleaning import attributes
-from pipeline_project.cleaning.attributes import DUP_STEPS, duplicate_of
+from pipeline_project.cleaning.chain.chain import CleaningPipeline, CleaningResult, Started, removal_tables
 from pipeline_project.cleaning.config import CleaningConfig
-from pipeline_project.cleaning.dedup_copies import batch_copies
-from pipeline_project.cleaning.dedup_index import ChainedIndex, LocalIndex
+from pipeline_project.cleaning.dedup.copies import batch_copies
+from pipeline_project.cleaning.dedup.local import ChainedIndex, LocalIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
-from pipeline_project.cleaning.pipeline import CleaningPipeline, CleaningResult, Started, removal_tables
+from pipeline_project.cleaning.output import attributes
+from pipeline_project.cleaning.output.attributes import DUP_STEPS, duplicate_of
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import StepStats
 from pipeline_project.cleaning.steps.dedup import signature_threshold

@@ -14,18 +14,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from pipeline_project.cluster import netns
+from pipeline_project.cluster.topology import ClusterSpec, Host
 from pipeline_project.settings import Settings
 from pipeline_project.stack.dagster import DagsterService
 from pipeline_project.stack.errors import StackError
-from pipeline_project.stack.kafka import KafkaService, kafka_uuid
+from pipeline_project.stack.kafka.cluster import KafkaService, kafka_uuid
 from pipeline_project.stack.mlflow import MlflowService
 from pipeline_project.stack.postgres import PostgresService
 from pipeline_project.stack.processes import ManagedProcess, stop_all
 from pipeline_project.stack.s3 import S3Service
 from pipeline_project.stack.service import Service, ServiceStatus
-
-from . import netns
-from .topology import ClusterSpec, Host
 
 SERVICE_CLASSES: dict[str, type[Service]] = {
     "kafka": KafkaService,

@@ -16,9 +16,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline_project.cluster.topology import ClusterSpec, Host
 from pipeline_project.stack.errors import StackError
-
-from .topology import ClusterSpec, Host
 
 # Runs first inside the host's namespace (as root; `ip netns exec` has just made a private mount namespace and
 # `unshare --uts` a private hostname): the host gets its name, its own scratch dir becomes its /tmp, then the real

@@ -41,8 +41,8 @@ class CorpusSettings:
 def corpus_settings(resources: dict[str, dict[str, str]]) -> CorpusSettings:
     """The corpus settings of a code location's resources, given as Dagster shows their configured values
     (resource name -> field -> JSON text); fields not shown take the resources' defaults."""
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
 
     def values(name: str, keys: tuple[str, ...]) -> dict:
         return {k: json.loads(v) for k, v in resources.get(name, {}).items() if k in keys}

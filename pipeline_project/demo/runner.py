@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import Progress, TimeRemainingColumn, TransferSpeedColumn
 from rich.table import Table
 
-from pipeline_project.demo.deepseek_sample import demo_sample
-from pipeline_project.demo.sample_corpus import SampleFile
+from pipeline_project.demo.sample.corpus import SampleFile
+from pipeline_project.demo.sample.deepseek import demo_sample
 from pipeline_project.settings import Settings
 
 console = Console()
@@ -26,7 +26,7 @@ SENSOR_NAME_TAG = "dagster/sensor_name"
 def files_from_dir(source: Path, prefix: str) -> list[SampleFile]:
     """Every file under `source`, keyed `prefix` + its relative path. A file reached through a symlink that
     leads out of `source`, or whose relative path is not a safe key (`ingest.key_components`), is refused."""
-    from pipeline_project.ingest import UnsafeKeyError, key_components
+    from pipeline_project.ingest.manifest import UnsafeKeyError, key_components
 
     root = source.resolve()
     files = [p for p in sorted(source.rglob("*")) if p.is_file()]
@@ -97,14 +97,14 @@ def _partitions_of(runs) -> list[str]:
 
 
 def _meta(instance, asset, partition: str | None = None) -> dict:
-    from pipeline_project.assets.partitions import latest_materialization_metadata
+    from pipeline_project.defs.assets.partitions import latest_materialization_metadata
 
     return latest_materialization_metadata(instance, asset.key, partition)
 
 
 def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: dict) -> Table:
-    from pipeline_project.assets.cleaned import cleaned_shards
-    from pipeline_project.assets.token_blocks import token_blocks
+    from pipeline_project.defs.assets.cleaned import cleaned_shards
+    from pipeline_project.defs.assets.token_blocks import token_blocks
 
     totals = {"documents in": 0, "kept": 0, "dropped": 0, "quarantined": 0, "blocks in Kafka": 0, "tokens in Kafka": 0}
     per_domain: dict[str, list[int]] = {}  # domain -> [kept documents, tokens], from token_blocks' per-domain counts
@@ -166,8 +166,8 @@ def triggered_runs_in_the_way(instance) -> list[str]:
     """The training runs the checkpoint trigger requested that are queued or running: the demo cancels them, so its
     own run never waits behind one (training runs one at a time). Their data is not lost: the trigger requests it
     again once the demo releases its hold."""
-    from pipeline_project.assets.checkpoint import IN_FLIGHT, training_runs
-    from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+    from pipeline_project.defs.assets.checkpoint import IN_FLIGHT, training_runs
+    from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 
     return [
         r.dagster_run.run_id
@@ -233,8 +233,8 @@ def _ingest_and_train(instance, settings: Settings, files, timeout_s: float, tra
 def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0, seed: int | None = None) -> None:
     from dagster import DagsterInstance
 
+    from pipeline_project.defs.sensors.trigger_policy import hold_trigger, release_trigger
     from pipeline_project.demo.corpus_check import check_running_dagster
-    from pipeline_project.sensors.trigger_policy import hold_trigger, release_trigger
 
     settings: Settings = stack.settings()
     use_dagster_home(stack.services["dagster"].home)
@@ -262,7 +262,7 @@ def run_demo(source: Path | None, timeout_s: float, stack, train_steps: int = 0,
         partitions = _ingest_and_train(instance, settings, files, timeout_s, train_steps, stamp)
     finally:
         release_trigger(instance, owner)
-    from pipeline_project.assets.checkpoint import deepseek_checkpoint
+    from pipeline_project.defs.assets.checkpoint import deepseek_checkpoint
 
     console.print(summarize(instance, settings, partitions, _meta(instance, deepseek_checkpoint)))
     if warning:

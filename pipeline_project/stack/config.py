@@ -8,9 +8,8 @@ from pathlib import Path
 
 from pipeline_project import settings as client_settings
 from pipeline_project.settings import Settings
-
-from .errors import StackError
-from .kafka_security import (
+from pipeline_project.stack.errors import StackError
+from pipeline_project.stack.kafka.security import (
     CLIENT_USER,
     DEFAULT_SASL_MECHANISM,
     PLAINTEXT,

@@ -6,10 +6,9 @@ import json
 import sys
 import urllib.request
 
-from pipeline_project.pg_timeouts import with_timeouts
-
-from .processes import ManagedProcess, http_get
-from .service import Service, ServiceStatus
+from pipeline_project.common.pg_timeouts import with_timeouts
+from pipeline_project.stack.processes import ManagedProcess, http_get
+from pipeline_project.stack.service import Service, ServiceStatus
 
 DAGSTER_YAML = """\
 telemetry:
@@ -20,7 +19,7 @@ storage:
     postgres_url: "{postgres_url}"
 # DefaultRunLauncher plus a worker health check, so run monitoring catches a run whose worker died.
 run_launcher:
-  module: pipeline_project.stack.run_launcher
+  module: pipeline_project.defs.run_launcher
   class: LocalProcessRunLauncher
 compute_logs:
   module: dagster._core.storage.local_compute_log_manager

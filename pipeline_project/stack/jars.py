@@ -7,8 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .config import REPO_ROOT
-from .errors import StackError
+from pipeline_project.stack.config import REPO_ROOT
+from pipeline_project.stack.errors import StackError
 
 DEPLOY_DIR = REPO_ROOT / "deploy" / "local"
 

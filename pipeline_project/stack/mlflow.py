@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from .processes import ManagedProcess, http_get
-from .service import Service, ServiceStatus
+from pipeline_project.stack.processes import ManagedProcess, http_get
+from pipeline_project.stack.service import Service, ServiceStatus
 
 
 class MlflowService(Service):

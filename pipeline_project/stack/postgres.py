@@ -17,10 +17,9 @@ import subprocess
 from pathlib import Path
 
 from pipeline_project.settings import LOCAL_POSTGRES_DATABASES, LOCAL_POSTGRES_PASSWORD, LOCAL_POSTGRES_USER
-
-from .errors import StackError
-from .processes import ManagedProcess, accepts_connections
-from .service import Service, ServiceStatus
+from pipeline_project.stack.errors import StackError
+from pipeline_project.stack.processes import ManagedProcess, accepts_connections
+from pipeline_project.stack.service import Service, ServiceStatus
 
 RUN_AS = "postgres"
 SAMENET_RULE = "host all all samenet scram-sha-256"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from .errors import StackError
+from pipeline_project.stack.errors import StackError
 
 
 def accepts_connections(host: str, port: int) -> bool:

@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 from string import Template
 
-from .errors import StackError
-from .processes import ManagedProcess, http_get
-from .service import Service, ServiceStatus
+from pipeline_project.stack.errors import StackError
+from pipeline_project.stack.processes import ManagedProcess, http_get
+from pipeline_project.stack.service import Service, ServiceStatus
 
 TRAINER_RANKS_SCRAPED = 8  # ports base .. base+7: one node's ranks
 

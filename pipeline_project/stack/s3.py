@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pipeline_project.settings import make_s3_client
-
-from .jars import DEPLOY_DIR, classpath, ensure_jars, java
-from .processes import ManagedProcess, http_get
-from .service import Service, ServiceStatus
+from pipeline_project.stack.jars import DEPLOY_DIR, classpath, ensure_jars, java
+from pipeline_project.stack.processes import ManagedProcess, http_get
+from pipeline_project.stack.service import Service, ServiceStatus
 
 
 def s3_client(endpoint: str, access_key: str, secret_key: str, region: str = "us-east-1"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
-from .config import StackConfig
-from .processes import ManagedProcess, stop_all
+from pipeline_project.stack.config import StackConfig
+from pipeline_project.stack.processes import ManagedProcess, stop_all
 
 
 @dataclass(frozen=True)

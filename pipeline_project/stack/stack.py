@@ -11,17 +11,16 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from pipeline_project.settings import Settings
-
-from .config import DEFAULT_SERVICES, SERVICES, StackConfig
-from .dagster import DagsterService
-from .errors import StackError
-from .kafka import KafkaService
-from .mlflow import MlflowService
-from .postgres import PostgresService
-from .processes import ManagedProcess, stop_all
-from .prometheus import PrometheusService
-from .s3 import S3Service
-from .service import Service, ServiceStatus
+from pipeline_project.stack.config import DEFAULT_SERVICES, SERVICES, StackConfig
+from pipeline_project.stack.dagster import DagsterService
+from pipeline_project.stack.errors import StackError
+from pipeline_project.stack.kafka.cluster import KafkaService
+from pipeline_project.stack.mlflow import MlflowService
+from pipeline_project.stack.postgres import PostgresService
+from pipeline_project.stack.processes import ManagedProcess, stop_all
+from pipeline_project.stack.prometheus import PrometheusService
+from pipeline_project.stack.s3 import S3Service
+from pipeline_project.stack.service import Service, ServiceStatus
 
 START_ORDER = ("postgres", "s3", "mlflow", "kafka", "dagster", "prometheus")
 STOP_ORDER = ("prometheus", "dagster", "mlflow", "kafka", "s3", "postgres")

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from pipeline_project.streaming.format import DEFAULT_SEQ_LEN
-from pipeline_project.streaming.mixture import MixtureConfig
+from pipeline_project.streaming.kafka.format import DEFAULT_SEQ_LEN
+from pipeline_project.streaming.load.mixture import MixtureConfig
 from pipeline_project.training.errors import PresetError
 
 PRESET_VERSION = 1

@@ -32,7 +32,7 @@ from pipeline_project.settings import (
     Settings,
     secret,
 )
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.training.config import TrainConfig
 
 JOB_CONFIG_VERSION = 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline_project.streaming.state import merge_positions
+from pipeline_project.streaming.load.state import merge_positions
 
 
 def _merged(states: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from pipeline_project.training.checkpoint import HF_DIR, ResumeState, capture_rng, load_resume_state, restore_rng
+from pipeline_project.training.checkpoint.store import HF_DIR, ResumeState, capture_rng, load_resume_state, restore_rng
 from pipeline_project.training.presets import assert_vocab_fits, build_model
 from pipeline_project.training.trainer import TrainConfig, build_optimizer, seed_everything
 

@@ -34,12 +34,12 @@ from typing import Any
 
 import torch
 
-from pipeline_project import metrics as prom
-from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
-from pipeline_project.streaming.mixture_loader import make_loader
+from pipeline_project.common.metrics import prometheus as prom
+from pipeline_project.streaming.load.domain_source import make_loader
+from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
 from pipeline_project.streaming.tokenizer import TokenizerInfo, load_tokenizer
 from pipeline_project.training import distributed
-from pipeline_project.training.checkpoint import (
+from pipeline_project.training.checkpoint.store import (
     CheckpointRef,
     LatestPointer,
     download_prefix,
@@ -51,13 +51,13 @@ from pipeline_project.training.checkpoint import (
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.errors import CheckpointMismatchError
 from pipeline_project.training.job import JobConfig, TrainJobResult
-from pipeline_project.training.mixture_report import MixtureReport, final_report
-from pipeline_project.training.mlflow_lineage import model_version_url
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.reporting import Reporter, pipes_if_present
 from pipeline_project.training.resume import TrainingState, build_training_state, make_resume_state
 from pipeline_project.training.step_log import StepLog, gather_steps, write_steps
-from pipeline_project.training.tracking import Progress
+from pipeline_project.training.tracking.callback import Progress
+from pipeline_project.training.tracking.lineage import model_version_url
+from pipeline_project.training.tracking.mixture import MixtureReport, final_report
 from pipeline_project.training.trainer import TrainResult, resolve_device, train
 
 

@@ -20,10 +20,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from pipeline_project.cluster import Cluster
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, transactional_id_for
-from pipeline_project.streaming.topics import ensure_topic
-from pipeline_project.streaming.verify import verify_produced
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks, transactional_id_for
+from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project_harness.reliability import trials
 from pipeline_project_harness.reliability.faults import (
     SlowLinkKafkaSettings,

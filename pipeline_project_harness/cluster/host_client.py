@@ -15,8 +15,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pipeline_project.settings import Settings
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.topics import ensure_topic
 
 
 def _kafka() -> KafkaSettings:

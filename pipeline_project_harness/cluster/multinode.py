@@ -20,12 +20,12 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from pipeline_project.cluster import Cluster
-from pipeline_project.resources.launchers import RDZV_PORT, multinode_command, trainer_env
-from pipeline_project.streaming.format import decode_message
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.producer import ProducerConfig
-from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.defs.resources.launchers import RDZV_PORT, multinode_command, trainer_env
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.format import decode_message
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project.training.config import ModelPreset, TrainConfig
 from pipeline_project.training.entrypoint import RESULT_PREFIX
 from pipeline_project.training.job import JobConfig

@@ -54,7 +54,7 @@ class ClusterStack:
 
 def upload_sample(cs: ClusterStack, seed: int) -> list[str]:
     """The files `reference_cleaning(seed)` cleans, under a fresh `raw/<ns clock>-<id>/` prefix for the sensor."""
-    from pipeline_project.demo.sample_corpus import generate
+    from pipeline_project.demo.sample.corpus import generate
 
     settings = cs.settings()
     s3 = settings.s3_client()
@@ -69,7 +69,7 @@ def upload_sample(cs: ClusterStack, seed: int) -> list[str]:
 
 def published_texts(cs: ClusterStack, batch: str) -> Counter:
     """sha256 of every document the deployment published for `batch` (its default layout)."""
-    from pipeline_project.resources import build_resources
+    from pipeline_project.defs.resources import build_resources
     from pipeline_project_harness.reliability.dedup_trials import published_hashes
 
     hashes, _ = published_hashes(build_resources(cs.settings()), [batch])
@@ -84,8 +84,8 @@ def cross_batch_drops(cs: ClusterStack, batch: str) -> Counter:
 
     import zstandard
 
-    from pipeline_project.cleaning.publish import read_shard_manifest
-    from pipeline_project.resources import build_resources
+    from pipeline_project.cleaning.output.publish import read_shard_manifest
+    from pipeline_project.defs.resources import build_resources
 
     layout = build_resources(cs.settings())["layout"]
     s3 = cs.settings().s3_client()

@@ -24,7 +24,7 @@ import uuid
 from contextlib import nullcontext
 from pathlib import Path
 
-from pipeline_project.training.checkpoint import (
+from pipeline_project.training.checkpoint.store import (
     ResumeState,
     load_latest,
     read_latest,

@@ -22,8 +22,8 @@ from typing import Any
 import psutil
 
 from pipeline_project.stack import Stack
-from pipeline_project.streaming.ledger import read_ledger
-from pipeline_project.streaming.verify import verify_produced
+from pipeline_project.streaming.ledger.records import read_ledger
+from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project_harness.reliability.faults import kafka_of, restart, sigkill
 from pipeline_project_harness.reliability.invariants import read_committed
 from pipeline_project_harness.reliability.trials import TrialResult
@@ -45,7 +45,7 @@ def dagster_instance(stack: Stack):
 def upload_wave(stack: Stack, *, seed: int, files: int = 2, pause_s: float = 0.0) -> list[str]:
     """`files` objects of the generated sample under `raw/<ns clock>-<id>/` (the prefix the deployed sensor lists).
     Keys grow with time, as an append-only layout's do, so the sensor's cheap append listing finds them."""
-    from pipeline_project.demo.sample_corpus import generate
+    from pipeline_project.demo.sample.corpus import generate
 
     settings = stack.settings()
     s3 = settings.s3_client()
@@ -61,8 +61,8 @@ def upload_wave(stack: Stack, *, seed: int, files: int = 2, pause_s: float = 0.0
 
 def registered_batches(stack: Stack, instance) -> dict[str, list[str]]:
     """Every batch partition the sensor registered, with the keys its manifest lists."""
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.ingest import read_manifest
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.ingest.manifest import read_manifest
 
     settings = stack.settings()
     s3 = settings.s3_client()

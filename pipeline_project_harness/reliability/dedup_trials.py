@@ -29,10 +29,10 @@ KILL_POINTS = ("before_exclusions", "before_manifest", "after_manifest", "before
 
 
 def _resources(settings: Settings, pg_url: str, uid: str, shards: str) -> dict:
-    from pipeline_project.resources import build_resources
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.dedup import DedupIndexResource
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources import build_resources
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.dedup import DedupIndexResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
 
     res = build_resources(settings)
     res["layout"] = PipelineLayout(
@@ -47,8 +47,8 @@ def _resources(settings: Settings, pg_url: str, uid: str, shards: str) -> dict:
 
 def _upload_batches(settings: Settings, uid: str, seed: int) -> tuple[str, str]:
     """Batch 1: ten sample files; batch 2: the last five of them under other keys, and six files of its own."""
-    from pipeline_project.demo.sample_corpus import generate
-    from pipeline_project.ingest import BatchManifest, RawObject, make_batch_id, write_manifest_once
+    from pipeline_project.demo.sample.corpus import generate
+    from pipeline_project.ingest.manifest import BatchManifest, RawObject, make_batch_id, write_manifest_once
 
     s3, bucket = settings.s3_client(), settings.bucket
     files = generate(seed=seed, docs_per_language=2)
@@ -73,8 +73,8 @@ def clean(resources: dict, batch: str) -> bool:
     """Materialize `cleaned_shards` for one batch in this process (a throw-away Dagster instance)."""
     import dagster as dg
 
-    from pipeline_project.assets.cleaned import cleaned_shards
-    from pipeline_project.assets.partitions import batches
+    from pipeline_project.defs.assets.cleaned import cleaned_shards
+    from pipeline_project.defs.assets.partitions import batches
 
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(batches.name, [batch])
@@ -89,8 +89,8 @@ def _die(*_args, **_kwargs):
 
 def _clean_and_die(settings: Settings, pg_url: str, uid: str, batch: str, kill_at: str) -> None:
     """Child process: clean `batch`, SIGKILL this process at `kill_at` (patched into the publish path)."""
-    from pipeline_project.cleaning import publish
-    from pipeline_project.cleaning.batch_writer import BatchWriter
+    from pipeline_project.cleaning.output import publish
+    from pipeline_project.cleaning.output.writer import BatchWriter
 
     if kill_at == "before_exclusions":
         BatchWriter.upload_exclusions = _die
@@ -107,7 +107,7 @@ def _clean_and_die(settings: Settings, pg_url: str, uid: str, batch: str, kill_a
 
 def published_hashes(resources: dict, batches: list[str]) -> tuple[Counter, list[str]]:
     """sha256 of every document of every published manifest of `batches`; the batches that have one."""
-    from pipeline_project.cleaning.publish import iter_shard_texts, read_shard_manifest_or_none
+    from pipeline_project.cleaning.output.publish import iter_shard_texts, read_shard_manifest_or_none
 
     layout, s3 = resources["layout"], resources["s3"].get_client()
     hashes: Counter = Counter()

@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException
 from pydantic import PrivateAttr
 
 from pipeline_project.stack import Stack, StackConfig
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
 
 TRANSACTION_STATE_PARTITIONS = 10  # stack/kafka.py BROKER_DEFAULTS transaction.state.log.num.partitions
 

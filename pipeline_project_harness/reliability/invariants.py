@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from pipeline_project.streaming.format import decode_message, read_header
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.format import decode_message, read_header
 
 # A tokenizer identity for blocks that are not text: produce_blocks only records name and hash.
 SEQ_TOKENIZER = SimpleNamespace(name="reliability-seq", hash="5e9" + "0" * 61)
@@ -204,7 +204,7 @@ def write_seq_topic(
 ) -> dict[int, int]:
     """Write sequence blocks `0 .. n_blocks-1` round robin over the topic's partitions with a plain idempotent
     producer (acks=all), for tests whose subject is the reader. Returns messages per partition."""
-    from pipeline_project.streaming.format import encode_message
+    from pipeline_project.streaming.kafka.format import encode_message
 
     parts = sorted(settings.make_admin().list_topics(topic=topic, timeout=10).topics[topic].partitions)
     producer = settings.make_producer()

@@ -64,9 +64,9 @@ def fresh_database(stack: Stack, name: str) -> str:
 
 
 def _layout_and_resources(stack: Stack, uid: str) -> tuple[Any, dict]:
-    from pipeline_project.resources import build_resources
-    from pipeline_project.resources.dedup import DedupIndexResource
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources import build_resources
+    from pipeline_project.defs.resources.dedup import DedupIndexResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
 
     layout = PipelineLayout(
         raw_prefix=f"rel-{uid}/raw/", shards_prefix=f"rel-{uid}/shards/", exclusions_prefix=f"rel-{uid}/exclusions/",
@@ -84,14 +84,14 @@ def _clean_one_batch(stack: Stack, *, seed: int, during=None) -> CleanedBatch:
     checks while `during()` runs in a thread (the fault)."""
     import dagster as dg
 
-    from pipeline_project.assets import cleaned
-    from pipeline_project.assets.cleaned import cleaned_shards
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.assets.raw import raw_text
-    from pipeline_project.cleaning.publish import iter_shard_texts, read_shard_manifest
+    from pipeline_project.cleaning.output.publish import iter_shard_texts, read_shard_manifest
     from pipeline_project.definitions import defs
-    from pipeline_project.demo.sample_corpus import generate
-    from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.defs.assets import cleaned
+    from pipeline_project.defs.assets.cleaned import cleaned_shards
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.assets.raw import raw_text
+    from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.demo.sample.corpus import generate
 
     uid = uuid.uuid4().hex[:8]
     layout, resources = _layout_and_resources(stack, uid)
@@ -178,7 +178,7 @@ def mlflow_down_during_training(stack: Stack, workdir: Path, *, when: str, n_blo
     """SIGKILL the MLflow server and its workers while the trainer runs: at its start (`when="start"`, before the
     MLflow run exists) or once its first mid-run checkpoint is in S3 (`when="mid_run"`, the run exists and takes
     metrics). The trainer must finish, checkpoint to S3 and move latest.json; MLflow is restarted afterwards."""
-    from pipeline_project.training.checkpoint import read_latest
+    from pipeline_project.training.checkpoint.store import read_latest
     from pipeline_project_harness.reliability.training_trials import wait_for_checkpoint
 
     t_start = time.monotonic()

@@ -38,10 +38,10 @@ class OverwriteResult:
 def overwrite_after_take(stack, *, delay_s: float, objects: int = 20, overwrites: int = 8, seed: int = 0):
     import dagster as dg
 
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.ingest import read_manifest
-    from pipeline_project.resources import build_resources
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.resources import build_resources
+    from pipeline_project.defs.resources.layout import PipelineLayout
+    from pipeline_project.ingest.manifest import read_manifest
     from pipeline_project_harness.reliability.sensor_daemon import Daemon
 
     rng = random.Random(seed)

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
 from pipeline_project_harness.reliability.faults import SlowLinkKafkaSettings
 from pipeline_project_harness.reliability.invariants import SEQ_TOKENIZER, seq_blocks
 

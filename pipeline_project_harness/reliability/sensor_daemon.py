@@ -8,7 +8,7 @@ from collections import Counter
 import dagster as dg
 
 from pipeline_project.definitions import defs
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 
 
 class Daemon:

@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 from pipeline_project.stack import Stack
-from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
 from pipeline_project_harness.reliability.faults import kafka_of
 from pipeline_project_harness.reliability.invariants import write_seq_topic
 from pipeline_project_harness.reliability.trials import REPO, TrialResult, unique_topic
@@ -123,7 +123,7 @@ def _checkpoint_state(s3, bucket: str, ref) -> dict:
 
 
 def wait_for_checkpoint(s3, bucket: str, prefix: str, *, min_step: int, proc: subprocess.Popen, timeout: float = 300):
-    from pipeline_project.training.checkpoint import read_latest
+    from pipeline_project.training.checkpoint.store import read_latest
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -139,7 +139,7 @@ def trainer_kill(stack: Stack, workdir: Path, *, delay_s: float, n_blocks: int =
     """SIGKILL the trainer `delay_s` after its first mid-run checkpoint appeared in S3 (it is then inside the next
     step), then run it again. The second invocation must start at the checkpoint's step, data position and
     optimizer state, and train exactly the batches after it: none twice, none skipped."""
-    from pipeline_project.training.checkpoint import read_latest
+    from pipeline_project.training.checkpoint.store import read_latest
 
     t_start = time.monotonic()
     topic = seed_training_topic(stack, n_blocks)

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_project.stack import Stack
-from pipeline_project.streaming.ledger import ProduceReport, ensure_ledger_topic, read_ledger
-from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks, transactional_id_for
-from pipeline_project.streaming.topics import ensure_topic
-from pipeline_project.streaming.verify import verify_produced
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.ledger.records import ProduceReport, ensure_ledger_topic, read_ledger
+from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks, transactional_id_for
+from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project_harness.reliability import produce_worker
 from pipeline_project_harness.reliability.faults import (
     SlowLinkKafkaSettings,

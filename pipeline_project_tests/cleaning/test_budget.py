@@ -7,10 +7,10 @@ import itertools
 import threading
 
 from pipeline_project.cleaning import CleaningConfig, Document
+from pipeline_project.cleaning.chain.pool import FilterPool
+from pipeline_project.cleaning.chain.profiles import build_chains
 from pipeline_project.cleaning.config import LimitsConfig
-from pipeline_project.cleaning.profiles import build_chains
 from pipeline_project.cleaning.steps.base import DocFilter
-from pipeline_project.cleaning.workers import FilterPool
 from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 from pipeline_project_tests.cleaning.conftest import prose
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_project.cleaning.container import cpu_quota, memory_limit, usable_workers
+from pipeline_project.common.container import cpu_quota, memory_limit, usable_workers
 
 GIB = 1 << 30
 

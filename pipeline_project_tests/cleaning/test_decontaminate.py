@@ -10,7 +10,7 @@ import time
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document
-from pipeline_project.cleaning.decontam_index import (
+from pipeline_project.cleaning.decontam.index import (
     HUMANEVAL,
     BenchmarkSource,
     DecontaminationConfig,
@@ -144,7 +144,7 @@ def test_cost_is_linear_in_document_length():
 
 
 def test_pool_workers_build_the_index_and_decide_the_same(humaneval):
-    from pipeline_project.cleaning.workers import FilterPool
+    from pipeline_project.cleaning.chain.pool import FilterPool
 
     config = CleaningConfig(decontamination=ON, dedup={"scope": "batch"})
     docs = [

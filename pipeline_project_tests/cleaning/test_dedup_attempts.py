@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from pipeline_project.cleaning.dedup_store import AttemptLostError, PostgresDedupIndex
+from pipeline_project.cleaning.dedup.postgres import AttemptLostError, PostgresDedupIndex
 
 pytestmark = pytest.mark.stack
 

@@ -6,10 +6,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_project.cleaning import dedup_copies
-from pipeline_project.cleaning.attributes import AttributeWriter
-from pipeline_project.cleaning.batch_writer import BatchWriter
-from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
+from pipeline_project.cleaning.dedup import copies as dedup_copies
+from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
+from pipeline_project.cleaning.output.attributes import AttributeWriter
+from pipeline_project.cleaning.output.writer import BatchWriter
 from pipeline_project.cleaning.stream import StreamingCleaner
 from pipeline_project_tests.cleaning.test_dedup_store import CONFIG, _corpus, _docs, _edit
 from pipeline_project_tests.cleaning.test_stream import _records

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document
-from pipeline_project.cleaning.dedup_store import DedupStoreUnavailableError, PostgresDedupIndex
+from pipeline_project.cleaning.dedup.postgres import DedupStoreUnavailableError, PostgresDedupIndex
 from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 from pipeline_project_tests.cleaning.test_dedup import _words
 
@@ -130,7 +130,7 @@ def test_migration_from_the_s3_index_file_keeps_every_decision(pg_url):
 def test_the_cli_migrates_the_s3_index_file(pg_url, stack, monkeypatch):
     from typer.testing import CliRunner
 
-    from pipeline_project.cli import app
+    from pipeline_project.cli.app import app
 
     texts = _corpus(8, 4)
     memory = MemoryDedupIndex()

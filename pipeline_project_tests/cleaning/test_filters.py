@@ -18,7 +18,7 @@ from pipeline_project.cleaning.steps import (
     LanguageID,
     PIIMasking,
 )
-from pipeline_project.cleaning.text import TERMINAL_PUNCTUATION, split_words
+from pipeline_project.cleaning.steps.text import TERMINAL_PUNCTUATION, split_words
 
 from .conftest import make_doc, prose
 
@@ -77,7 +77,7 @@ def test_tokenizer_splits_like_spacy_english():
 
 
 def test_split_words_is_the_same_from_its_chunk_cache_and_the_cache_stays_bounded(monkeypatch):
-    from pipeline_project.cleaning import text
+    from pipeline_project.cleaning.steps import text
 
     def by_rules(t: str) -> list[str]:
         out: list[str] = []
@@ -104,7 +104,7 @@ def test_split_words_is_the_same_from_its_chunk_cache_and_the_cache_stays_bounde
 def test_pure_han_blocks_cut_by_jieba_rs_equal_jieba_over_the_shared_chinese_corpus(corpus):
     import json
 
-    from pipeline_project.cleaning import text
+    from pipeline_project.cleaning.steps import text
 
     jieba = text._jieba()
     blocks: set[str] = set()

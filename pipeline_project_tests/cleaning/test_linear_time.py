@@ -10,10 +10,10 @@ import pytest
 
 from pipeline_project.cleaning import Document
 from pipeline_project.cleaning.config import PIIConfig
-from pipeline_project.cleaning.profile_config import CodeFilterConfig, SecretsConfig
+from pipeline_project.cleaning.config.profiles import CodeFilterConfig, SecretsConfig
 from pipeline_project.cleaning.steps.code import CodeQuality, SecretsMasking, visible_text
 from pipeline_project.cleaning.steps.pii import mask_pii
-from pipeline_project.cleaning.text import split_words
+from pipeline_project.cleaning.steps.text import split_words
 from pipeline_project_tests.cleaning.conftest import prose
 
 KB = 1024

@@ -84,7 +84,7 @@ def test_real_corpus_slice(corpus, config):
 
 def test_a_pool_worker_prepares_ahead_exactly_the_steps_that_have_a_prepare():
     from pipeline_project.cleaning import Document
-    from pipeline_project.cleaning.profiles import build_chains, split_at_dedup
+    from pipeline_project.cleaning.chain.profiles import build_chains, split_at_dedup
     from pipeline_project.cleaning.steps.base import prepare_ahead, prepared
 
     chains = {name: split_at_dedup(steps)[1] for name, steps in build_chains(CleaningConfig()).items()}

@@ -10,13 +10,13 @@ import random
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document, read_object, read_shard
+from pipeline_project.cleaning.chain.chain import profile_counts
+from pipeline_project.cleaning.chain.document import FilterPool
+from pipeline_project.cleaning.chain.profiles import ProfileRouter, build_chain
 from pipeline_project.cleaning.config import LanguageConfig
-from pipeline_project.cleaning.parallel import FilterPool
-from pipeline_project.cleaning.pipeline import profile_counts
-from pipeline_project.cleaning.profile_config import ProfilesConfig
-from pipeline_project.cleaning.profiles import ProfileRouter, build_chain
-from pipeline_project.cleaning.publish import exclusion_records_of
-from pipeline_project.cleaning.shards import write_shards
+from pipeline_project.cleaning.config.profiles import ProfilesConfig
+from pipeline_project.cleaning.output.publish import exclusion_records_of
+from pipeline_project.cleaning.output.shards import write_shards
 from pipeline_project.cleaning.steps import LanguageID
 from pipeline_project.cleaning.steps.chinese import han_fraction
 from pipeline_project.cleaning.steps.code import CodeQuality, SecretsMasking
@@ -263,7 +263,7 @@ def test_the_same_text_under_two_profiles_is_kept_once(corpus):
     }
     assert one_chunk.counts["in"] == len(docs) == one_chunk.counts["kept"] + one_chunk.counts["dropped"]
 
-    from pipeline_project.cleaning.batch_writer import BatchWriter
+    from pipeline_project.cleaning.output.writer import BatchWriter
     from pipeline_project.cleaning.stream import StreamingCleaner
     from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
@@ -323,7 +323,7 @@ def test_filter_pool_decides_as_the_in_process_chain(corpus):
 
 
 def test_streamed_batches_keep_per_profile_counts(corpus):
-    from pipeline_project.cleaning.batch_writer import BatchWriter
+    from pipeline_project.cleaning.output.writer import BatchWriter
     from pipeline_project.cleaning.stream import StreamingCleaner
     from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 

@@ -10,8 +10,8 @@ import pytest
 import zstandard
 
 from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object
-from pipeline_project.cleaning.publish import EXCLUSIONS_NAME, read_shard_manifest
-from pipeline_project.cleaning.shards import read_shard
+from pipeline_project.cleaning.output.publish import EXCLUSIONS_NAME, read_shard_manifest
+from pipeline_project.cleaning.output.shards import read_shard
 from pipeline_project_harness.standins import (
     MemoryDedupIndex,
     WholeBatchPipeline,
@@ -92,8 +92,8 @@ def test_with_the_pii_step_off_the_sink_keeps_the_text_as_the_shards_do():
 
 
 def test_the_streaming_cleaner_sink_is_masked_through_exclusion_recorder():
-    from pipeline_project.cleaning.batch_writer import BatchWriter
-    from pipeline_project.cleaning.publish import exclusion_recorder
+    from pipeline_project.cleaning.output.publish import exclusion_recorder
+    from pipeline_project.cleaning.output.writer import BatchWriter
     from pipeline_project.cleaning.stream import StreamingCleaner
 
     config = CleaningConfig()
@@ -128,7 +128,7 @@ SECRETS = ("AKIAIOSFODNN7EXAMPLE", "x9$Kq2!vLp0#Zr7", "jane.roe@example.org")
 def test_dropped_code_files_reach_the_s3_exclusion_sink_masked_as_the_shards_are(stack, workers):
     """A code file dropped as a duplicate (after the masking step's work was done ahead in a pool worker) and one
     dropped by an early filter: their secrets are masked in the sink object in S3 by the code profile's masking."""
-    from pipeline_project.cleaning.parallel import FilterPool
+    from pipeline_project.cleaning.chain.document import FilterPool
 
     config = CleaningConfig()
     generated = "# This file is auto-generated. Do not edit.\n" + SECRET_CODE

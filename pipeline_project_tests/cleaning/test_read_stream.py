@@ -11,8 +11,9 @@ import tracemalloc
 import pytest
 import zstandard
 
-from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, read_object, read_stream, readers
+from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, read_object, read_stream
 from pipeline_project.cleaning.config import ReaderConfig
+from pipeline_project.cleaning.read import readers
 
 CONFIG = CleaningConfig(reader=ReaderConfig(max_line_bytes=300))
 

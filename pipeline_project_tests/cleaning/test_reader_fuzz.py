@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, read_object, write_shards
 from pipeline_project.cleaning.config import ReaderConfig
-from pipeline_project.cleaning.encodings import wide_codecs
-from pipeline_project.cleaning.readers import REASONS, SUPPORTED_SUFFIXES, split_suffix
+from pipeline_project.cleaning.read.encodings import wide_codecs
+from pipeline_project.cleaning.read.readers import REASONS, SUPPORTED_SUFFIXES, split_suffix
 from pipeline_project.cleaning.records import MAX_DETAIL_CHARS, REASON_PATTERN
 
 CONFIGS = [

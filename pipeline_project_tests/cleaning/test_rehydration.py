@@ -8,9 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline_project.cleaning.publish import ShardEntry, ShardManifest
-from pipeline_project.cleaning.records import Document
-from pipeline_project.cleaning.rehydration import (
+from pipeline_project.cleaning.dedup.rehydration import (
     RehydrationConfig,
     batch_weights,
     cluster_size,
@@ -20,11 +18,13 @@ from pipeline_project.cleaning.rehydration import (
     weight_table,
     with_weights,
 )
-from pipeline_project.cleaning.shards import write_shards
-from pipeline_project.streaming.packing import DomainPackers
-from pipeline_project.streaming.producer import ProducerConfig
-from pipeline_project.streaming.spans import SpanRecorder
-from pipeline_project.streaming.tokenize_produce import StageTimer, packing_hash, timed_blocks
+from pipeline_project.cleaning.output.publish import ShardEntry, ShardManifest
+from pipeline_project.cleaning.output.shards import write_shards
+from pipeline_project.cleaning.records import Document
+from pipeline_project.streaming.kafka.spans import SpanRecorder
+from pipeline_project.streaming.produce.packing import DomainPackers
+from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.tokenize import StageTimer, packing_hash, timed_blocks
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
 ON = RehydrationConfig(enabled=True)

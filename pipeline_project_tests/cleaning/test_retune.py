@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_project.cleaning import CleaningConfig, publish, read_object
-from pipeline_project.cleaning.batch_writer import BatchWriter
-from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
-from pipeline_project.cleaning.publish import ShardEntry, ShardManifest, read_shard_manifest
+from pipeline_project.cleaning import CleaningConfig, read_object
+from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
+from pipeline_project.cleaning.output import publish
+from pipeline_project.cleaning.output.publish import ShardEntry, ShardManifest, read_shard_manifest
+from pipeline_project.cleaning.output.shards import read_shard
+from pipeline_project.cleaning.output.writer import BatchWriter
 from pipeline_project.cleaning.records import Document
-from pipeline_project.cleaning.retune_write import RetuneRefusedError, check_writable
-from pipeline_project.cleaning.shards import read_shard
+from pipeline_project.cleaning.retune.write import RetuneRefusedError, check_writable
 from pipeline_project.cleaning.stream import StreamingCleaner
-from pipeline_project.resources.layout import PipelineLayout
-from pipeline_project.retune_cli import print_report, report, retune_batches, run_retune
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.ops.retune import print_report, report, retune_batches, run_retune
 from pipeline_project_tests.cleaning.conftest import prose
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
@@ -237,9 +238,9 @@ def test_a_new_benchmark_names_the_planted_documents_and_the_produced_batches(lo
 def _produce_ledger_entry(settings, topic, batch):
     import numpy as np
 
-    from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.streaming.producer import produce_blocks
-    from pipeline_project.streaming.topics import ensure_topic
+    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.streaming.kafka.topics import ensure_topic
+    from pipeline_project.streaming.produce.producer import produce_blocks
 
     kafka = KafkaSettings.from_settings(settings)
     ensure_topic(kafka.make_admin(), topic, partitions=1)
@@ -261,6 +262,6 @@ def _get(client, bucket, key):
 
 
 def publish_table(client, bucket, manifest):
-    from pipeline_project.cleaning.attributes import read_attributes
+    from pipeline_project.cleaning.output.attributes import read_attributes
 
     return read_attributes(_get(client, bucket, manifest.attributes))[0].to_pylist()

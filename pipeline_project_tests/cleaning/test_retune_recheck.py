@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig
-from pipeline_project.cleaning.retune import Retuner
+from pipeline_project.cleaning.retune.decide import Retuner
 
 BENCH = (
     "Write a function that returns the number of vowels in the given string, counting upper and lower case letters "

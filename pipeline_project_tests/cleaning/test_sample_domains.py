@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document, read_object
-from pipeline_project.demo.sample_corpus import generate
+from pipeline_project.demo.sample.corpus import generate
 from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
 
 

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
-from pipeline_project.cli import app
+from pipeline_project.cli.app import app
 from pipeline_project.cluster import Cluster, netns
 from pipeline_project.stack.config import REPO_ROOT
 from pipeline_project_harness.cluster.spec import CLI_OPTS, SPEC

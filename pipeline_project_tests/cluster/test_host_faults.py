@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from pipeline_project.training.checkpoint import read_latest, s3_client
+from pipeline_project.training.checkpoint.store import read_latest, s3_client
 from pipeline_project_harness.cluster import multinode as mn
 
 pytestmark = pytest.mark.cluster

@@ -36,8 +36,8 @@ def _timed(call, out: dict, name: str) -> None:
 def test_postgres_clients_fail_within_bounds_when_the_host_is_cut(cluster):
     import sqlalchemy
 
-    from pipeline_project.cleaning.dedup_store import PostgresDedupIndex
-    from pipeline_project.streaming.ledger_index import PostgresLedgerIndex
+    from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
+    from pipeline_project.streaming.ledger.index import PostgresLedgerIndex
 
     url = cluster.settings().postgres_url
     dedup, ledger = PostgresDedupIndex(url, schema="cut_probe"), PostgresLedgerIndex(url, schema="cut_probe_ledger")

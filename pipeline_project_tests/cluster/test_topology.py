@@ -13,7 +13,7 @@ from pipeline_project.cluster import ClusterSpec
 from pipeline_project.cluster.netns import wrap
 from pipeline_project.stack import StackConfig, StackError
 from pipeline_project.stack.dagster import DagsterService
-from pipeline_project.stack.kafka import KafkaService
+from pipeline_project.stack.kafka.cluster import KafkaService
 from pipeline_project.stack.mlflow import MlflowService
 from pipeline_project.stack.postgres import SAMENET_RULE, PostgresService
 from pipeline_project.stack.s3 import S3Service

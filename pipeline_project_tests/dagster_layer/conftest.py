@@ -3,8 +3,8 @@ import uuid
 import dagster as dg
 import pytest
 
-from pipeline_project.resources import build_resources
-from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.defs.resources import build_resources
+from pipeline_project.defs.resources.layout import PipelineLayout
 
 
 @pytest.fixture
@@ -29,8 +29,8 @@ def layout(uid) -> PipelineLayout:
 
 @pytest.fixture
 def resources(stack, layout) -> dict:
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.dedup import DedupIndexResource
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.dedup import DedupIndexResource
 
     res = build_resources(stack)
     res["layout"] = layout

@@ -21,13 +21,13 @@ import numpy as np
 from botocore.exceptions import ClientError
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.resources.dedup import DedupIndexResource
-from pipeline_project.resources.kafka import KafkaResource
-from pipeline_project.resources.mlflow import MlflowResource
-from pipeline_project.streaming.fim import FimApplier, FimSentinels
-from pipeline_project.streaming.format import PAD_TOKEN
-from pipeline_project.streaming.ledger import LedgerRecords, ProduceReport
-from pipeline_project.streaming.packing import DomainPackers
+from pipeline_project.defs.resources.dedup import DedupIndexResource
+from pipeline_project.defs.resources.kafka import KafkaResource
+from pipeline_project.defs.resources.mlflow import MlflowResource
+from pipeline_project.streaming.kafka.format import PAD_TOKEN
+from pipeline_project.streaming.ledger.records import LedgerRecords, ProduceReport
+from pipeline_project.streaming.produce.fim import FimApplier, FimSentinels
+from pipeline_project.streaming.produce.packing import DomainPackers
 
 _S3: dict[str, dict[tuple[str, str], tuple[bytes, datetime]]] = {}
 _KAFKA: dict[str, dict[str, Any]] = {}
@@ -267,8 +267,8 @@ def _byte_ids(texts: list[str]) -> list[np.ndarray]:
 
 
 def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResource]:
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.pushgateway import PushgatewayResource
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.pushgateway import PushgatewayResource
 
     return {
         "s3": MemoryS3Resource(store=store),

@@ -3,10 +3,10 @@
 import hashlib
 from collections import Counter
 
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.cleaning.attributes import read_attributes
-from pipeline_project.demo.sample_corpus import generate
+from pipeline_project.cleaning.output.attributes import read_attributes
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.demo.sample.corpus import generate
 from pipeline_project_tests.dagster_layer.test_fast_assets import _materialize, _new_batch, _upload, res  # noqa: F401
 
 

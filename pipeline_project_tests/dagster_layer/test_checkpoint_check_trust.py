@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.assets.checkpoint import checkpoint_reloads
-from pipeline_project.resources.trainer import TrainerResource
+from pipeline_project.defs.assets.checkpoint import checkpoint_reloads
+from pipeline_project.defs.resources.trainer import TrainerResource
 
 pytestmark = pytest.mark.stack
 

@@ -4,11 +4,11 @@ import random
 
 import dagster as dg
 
-from pipeline_project.assets.backlog import BacklogState, untrained_backlog
-from pipeline_project.assets.partitions import untrained_share
-from pipeline_project.resources import training_trigger
-from pipeline_project.sensors.checkpoint_trigger import checkpoint_trigger_sensor
-from pipeline_project.sensors.trigger_policy import TriggerCursor
+from pipeline_project.defs.assets.backlog import BacklogState, untrained_backlog
+from pipeline_project.defs.assets.partitions import untrained_share
+from pipeline_project.defs.resources import training_trigger
+from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+from pipeline_project.defs.sensors.trigger_policy import TriggerCursor
 from pipeline_project.settings import Settings
 
 
@@ -179,7 +179,7 @@ def test_the_carried_backlog_equals_the_one_counted_from_every_materialization(m
 
 
 def test_a_training_run_lists_the_untrained_batches_of_its_topic_from_the_previous_runs_count(monkeypatch):
-    from pipeline_project.assets.checkpoint import untrained_topic_batches
+    from pipeline_project.defs.assets.checkpoint import untrained_topic_batches
 
     with dg.instance_for_test() as instance:
         for i in range(20):
@@ -211,7 +211,7 @@ def test_a_cursor_of_the_earlier_format_keeps_its_backlog_and_a_garbled_one_star
 
 def test_a_checkpoint_of_another_topic_does_not_mark_this_topics_batches_trained():
     """Two topics in one instance: the newest checkpoint's position is a position in its own topic only."""
-    from pipeline_project.assets.checkpoint import untrained_topic_batches
+    from pipeline_project.defs.assets.checkpoint import untrained_topic_batches
 
     with dg.instance_for_test() as instance:
         for batch, topic in (("a1", "topic-a"), ("b1", "topic-b")):

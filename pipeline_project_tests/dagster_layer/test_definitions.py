@@ -41,7 +41,7 @@ def test_code_location_imports_nothing_heavy():
 
 
 def test_a_small_batch_is_cleaned_in_process_and_a_large_one_over_the_workers():
-    from pipeline_project.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.cleaning import CleaningResource
 
     auto = CleaningResource(workers=3)
     assert auto.worker_count(1 << 20) == 1  # below pool_min_mb: starting workers costs more than the filters
@@ -64,7 +64,7 @@ def test_loading_the_code_location_and_running_pipes_prints_no_preview_warning()
     import subprocess
 
     code = (
-        "import pipeline_project.definitions, pipeline_project.resources.trainer, dagster as dg; "
+        "import pipeline_project.definitions, pipeline_project.defs.resources.trainer, dagster as dg; "
         "dg.PipesTempFileMessageReader().expected_writer_count"
     )
     out = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, check=True)

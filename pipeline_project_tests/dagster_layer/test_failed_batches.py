@@ -6,14 +6,14 @@ import dagster as dg
 import pytest
 from typer.testing import CliRunner
 
-from pipeline_project import batches_cli
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.batch_outcomes import batch_outcomes
-from pipeline_project.cli import app
+from pipeline_project.cli import batches as batches_cli
+from pipeline_project.cli.app import app
 from pipeline_project.definitions import defs
-from pipeline_project.ingest import read_manifest
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.instance import batch_outcomes
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.ingest.manifest import read_manifest
 from pipeline_project_tests.dagster_layer.test_unreadable_objects import FaultyS3Resource
 
 pytestmark = pytest.mark.stack
@@ -63,7 +63,7 @@ def test_a_batch_that_fails_for_good_is_listed_with_its_error_and_objects(instan
 def test_a_batch_that_fails_for_good_is_a_failed_check_in_the_ui_with_its_objects(
     instance, resources, layout, s3, monkeypatch
 ):
-    from pipeline_project.assets.batch_failures import CHECK_NAME, failed_batch_sensor
+    from pipeline_project.defs.assets.batch_failures import CHECK_NAME, failed_batch_sensor
 
     names = ["a.txt", "b.txt"]
     batch = _batch(instance, resources, s3, layout, names)
@@ -103,8 +103,8 @@ def test_a_batch_that_fails_for_good_is_a_failed_check_in_the_ui_with_its_object
 
 
 def test_a_batch_that_gets_through_passes_batch_not_failed_in_its_run(instance, resources, layout, s3):
-    from pipeline_project.assets.batch_failures import CHECK_NAME, batch_not_failed
-    from pipeline_project.assets.token_blocks import token_blocks
+    from pipeline_project.defs.assets.batch_failures import CHECK_NAME, batch_not_failed
+    from pipeline_project.defs.assets.token_blocks import token_blocks
 
     batch = _batch(instance, resources, s3, layout, ["ok.txt"])
     result = dg.materialize(

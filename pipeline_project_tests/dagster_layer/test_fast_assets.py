@@ -6,14 +6,14 @@ The same assets run against the real stack in test_ingest_graph.py; these catch 
 import dagster as dg
 import pytest
 
-from pipeline_project.assets import cleaned, raw, token_blocks
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import batches
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
 from pipeline_project.definitions import defs
-from pipeline_project.demo.sample_corpus import generate
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.assets import cleaned, raw, token_blocks
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.partitions import batches
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.demo.sample.corpus import generate
 from pipeline_project_tests.dagster_layer.standins import MLFLOW_RUNS, standin_resources
 
 INGEST = [raw_text, cleaned_shards, token_blocks_asset]
@@ -123,10 +123,10 @@ def test_token_blocks_metadata_counts_fim_and_decontaminated_documents(instance,
     import json
     import random
 
-    from pipeline_project.cleaning.decontam_index import HUMANEVAL, resolve_path
-    from pipeline_project.demo.sample_domains import code_file
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.cleaning.decontam.index import HUMANEVAL, resolve_path
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
+    from pipeline_project.demo.sample.domains import code_file
 
     layout = PipelineLayout(**{**layout.model_dump(), "fim_code_rate": 0.5, "fim_seed": 1})
     config = tmp_path / "cleaning.json"

@@ -5,13 +5,13 @@ import dagster as dg
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from pipeline_project.assets import cleaned, raw, token_blocks
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import MIN_OUTAGE_COVERED_S, NETWORK_RETRY, batches
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
-from pipeline_project.demo.sample_corpus import generate
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.assets import cleaned, raw, token_blocks
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.partitions import MIN_OUTAGE_COVERED_S, NETWORK_RETRY, batches
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.demo.sample.corpus import generate
 from pipeline_project_tests.dagster_layer import standins
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client, MemoryS3Resource, standin_resources
 

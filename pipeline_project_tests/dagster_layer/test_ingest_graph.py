@@ -5,16 +5,16 @@ import json
 import dagster as dg
 import pytest
 
-from pipeline_project.assets import cleaned, raw, token_blocks
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import batches
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
 from pipeline_project.definitions import defs
-from pipeline_project.demo.sample_corpus import generate
-from pipeline_project.ingest import read_manifest
-from pipeline_project.resources.layout import PipelineLayout
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.assets import cleaned, raw, token_blocks
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.partitions import batches
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.demo.sample.corpus import generate
+from pipeline_project.ingest.manifest import read_manifest
 
 pytestmark = pytest.mark.stack
 
@@ -67,7 +67,7 @@ def test_sensor_batches_new_objects_then_skips_then_batches_more(instance, resou
 
 def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_instance, resources, layout, s3):
     instance = pg_instance  # Dagster storage in PostgreSQL, as the stack and deploy/ configure it
-    from pipeline_project.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.cleaning import CleaningResource
 
     resources = {**resources, "cleaning": CleaningResource(workers=2, chunk_docs=20, pool_min_mb=0)}  # pool, chunks
     files = generate(seed=2, docs_per_language=6)

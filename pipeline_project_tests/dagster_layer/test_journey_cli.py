@@ -12,10 +12,11 @@ import dagster as dg
 from confluent_kafka.admin import NewTopic
 from typer.testing import CliRunner
 
-from pipeline_project import batches_cli, journey_cli
-from pipeline_project.cli import app
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.training.checkpoint import ResumeState, read_latest, save_checkpoint, upload_checkpoint
+from pipeline_project.cli import batches as batches_cli
+from pipeline_project.cli import journey as journey_cli
+from pipeline_project.cli.app import app
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.training.checkpoint.store import ResumeState, read_latest, save_checkpoint, upload_checkpoint
 from pipeline_project.training.presets import build_model
 from pipeline_project_tests.dagster_layer.test_failed_batches import _batch
 from pipeline_project_tests.training.helpers import SMALL_VOCAB

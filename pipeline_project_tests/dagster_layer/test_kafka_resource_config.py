@@ -3,7 +3,7 @@
 import dagster as dg
 import pytest
 
-from pipeline_project.resources.kafka import KafkaResource
+from pipeline_project.defs.resources.kafka import KafkaResource
 
 
 @dg.asset
@@ -25,7 +25,7 @@ def test_a_run_with_unsafe_kafka_config_fails_at_resource_init_with_one_line(con
     assert not result.success
     (init,) = [e for e in result.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE"]
     message = init.event_specific_data.error.message.strip()
-    assert message.startswith("pipeline_project.streaming.client_policy.UnsafeKafkaConfigError: " + line), message
+    assert message.startswith("pipeline_project.streaming.kafka.policy.UnsafeKafkaConfigError: " + line), message
     assert "\n" not in message and "refused" in message
 
 

@@ -5,12 +5,12 @@ refused before anything is published; after `ledger retire`, the re-clean goes t
 import numpy as np
 import pytest
 
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.resources.kafka import KafkaResource
-from pipeline_project.streaming.ledger import read_ledger_records
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.resources.kafka import KafkaResource
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.ledger.records import read_ledger_records
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
 from pipeline_project_tests.dagster_layer.standins import standin_resources
 from pipeline_project_tests.dagster_layer.test_ingest_failures import _batch, _materialize, _objects
 
@@ -57,7 +57,7 @@ def test_recleaning_a_partly_produced_batch_into_other_content_is_refused_until_
     assert "partly produced" in description and f"pipeline-project ledger retire {batch}" in description
     assert _objects(res, layout) == before  # no shard, manifest, exclusion or dedup-index write
 
-    from pipeline_project.streaming.ledger_retire import retire_entry  # here: the refusal above is older than it
+    from pipeline_project.streaming.ledger.retire import retire_entry  # here: the refusal above is older than it
 
     retire_entry(settings, layout.topic, batch, "the input changed upstream", index=None)
     assert _materialize(instance, res, batch, [cleaned_shards]).success

@@ -7,17 +7,17 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from pipeline_project.assets import cleaned, raw, token_blocks
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import batches
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
 from pipeline_project.definitions import defs
-from pipeline_project.demo.sample_corpus import prose_document
-from pipeline_project.ingest import read_manifest
-from pipeline_project.resources.layout import PipelineLayout
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
-from pipeline_project.streaming.format import PAD_TOKEN, decode_message
+from pipeline_project.defs.assets import cleaned, raw, token_blocks
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.partitions import batches
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.demo.sample.corpus import prose_document
+from pipeline_project.ingest.manifest import read_manifest
+from pipeline_project.streaming.kafka.format import PAD_TOKEN, decode_message
 from pipeline_project.streaming.tokenizer import load_tokenizer
 from pipeline_project_tests.streaming.kafka_helpers import consume_all, kafka_settings
 

@@ -1,4 +1,4 @@
-"""What LocalProcessRunLauncher (pipeline_project/stack/run_launcher.py) takes from Dagster beyond its public API:
+"""What LocalProcessRunLauncher (pipeline_project/defs/run_launcher.py) takes from Dagster beyond its public API:
 the health-check result types, the launcher's instance, and the engine event in which the code server records the
 run worker's pid. Each assertion fails when a Dagster upgrade changes one of them, before run monitoring silently
 stops finding dead workers."""
@@ -12,7 +12,7 @@ from dagster import DefaultRunLauncher
 from dagster._core.events import EngineEventData
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 
-from pipeline_project.stack.run_launcher import LocalProcessRunLauncher
+from pipeline_project.defs.run_launcher import LocalProcessRunLauncher
 
 
 def test_the_health_check_types_keep_their_names_and_fields():

@@ -10,20 +10,20 @@ import numpy as np
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
-from pipeline_project.assets import cleaned, raw, token_blocks
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.partitions import batches
-from pipeline_project.assets.raw import raw_text
-from pipeline_project.assets.token_blocks import _produce, batch_documents
-from pipeline_project.assets.token_blocks import token_blocks as token_blocks_asset
 from pipeline_project.cleaning import read_shard_manifest
-from pipeline_project.demo.sample_corpus import prose_document
-from pipeline_project.resources.layout import PipelineLayout
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.assets import cleaned, raw, token_blocks
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.partitions import batches
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.assets.token_blocks import _produce, batch_documents
+from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.demo.sample.corpus import prose_document
+from pipeline_project.provenance.trace import DocumentCatalog
 from pipeline_project.streaming.errors import LedgerConflictError
-from pipeline_project.streaming.format import decode_blocks
-from pipeline_project.streaming.provenance import DocumentCatalog
-from pipeline_project.streaming.spans import H_SPANS, decode_spans
+from pipeline_project.streaming.kafka.format import decode_blocks
+from pipeline_project.streaming.kafka.spans import H_SPANS, decode_spans
 from pipeline_project.streaming.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.stack

@@ -12,10 +12,10 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteRepo
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.test_utils import create_run_for_test
 
-import pipeline_project.sensors.checkpoint_trigger as trigger
-from pipeline_project.assets.partitions import TRAINING_RUN_TAGS
-from pipeline_project.resources import training_trigger
-from pipeline_project.sensors.trigger_policy import TriggerCursor, hold_trigger, release_trigger, retry_delay
+import pipeline_project.defs.sensors.checkpoint_trigger as trigger
+from pipeline_project.defs.assets.partitions import TRAINING_RUN_TAGS
+from pipeline_project.defs.resources import training_trigger
+from pipeline_project.defs.sensors.trigger_policy import TriggerCursor, hold_trigger, release_trigger, retry_delay
 from pipeline_project.settings import Settings
 
 ORIGIN = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("tests"), "__repository__").get_job_origin("__ASSET_JOB")
@@ -160,9 +160,9 @@ def test_a_run_that_ended_with_the_data_leaves_a_small_backlog_to_the_threshold(
 
 
 def test_the_bound_reaches_the_trainer_job_and_the_trainer_stops_at_it(clock, monkeypatch):
-    from pipeline_project.assets.checkpoint import deepseek_checkpoint
-    from pipeline_project.resources import build_resources
-    from pipeline_project.resources.trainer import TrainerResource
+    from pipeline_project.defs.assets.checkpoint import deepseek_checkpoint
+    from pipeline_project.defs.resources import build_resources
+    from pipeline_project.defs.resources.trainer import TrainerResource
 
     jobs = []
 

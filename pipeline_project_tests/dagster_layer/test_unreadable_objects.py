@@ -15,12 +15,12 @@ import pytest
 import zstandard
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.assets import cleaned
-from pipeline_project.assets.cleaned import cleaned_shards
-from pipeline_project.assets.raw import raw_text
 from pipeline_project.definitions import defs
-from pipeline_project.demo.sample_corpus import prose_document
-from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.defs.assets import cleaned
+from pipeline_project.defs.assets.cleaned import cleaned_shards
+from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.demo.sample.corpus import prose_document
 
 pytestmark = pytest.mark.stack
 

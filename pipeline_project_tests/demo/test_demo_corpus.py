@@ -10,13 +10,13 @@ import uuid
 import dagster as dg
 import pytest
 
-from pipeline_project.demo.deepseek_sample import PLANTED_KEY, demo_sample, humaneval_problems
-from pipeline_project.demo.sample_corpus import generate
-from pipeline_project.resources import build_resources
+from pipeline_project.defs.resources import build_resources
+from pipeline_project.demo.sample.corpus import generate
+from pipeline_project.demo.sample.deepseek import PLANTED_KEY, demo_sample, humaneval_problems
 from pipeline_project.settings import Settings
 from pipeline_project.stack.config import StackConfig
 from pipeline_project.stack.dagster import DagsterService
-from pipeline_project.streaming.fim import FimConfig, FimPolicy
+from pipeline_project.streaming.produce.fim import FimConfig, FimPolicy
 
 CORPUS_VARS = ("PIPELINE_FIM_CODE_RATE", "PIPELINE_CLEANING_CONFIG")
 
@@ -106,14 +106,14 @@ def test_a_code_location_without_the_corpus_settings_is_named_with_what_it_lacks
 def test_the_demo_sample_through_the_ingest_graph_counts_fim_and_decontaminated_documents(clean_env, tmp_path):
     """raw_text -> cleaned_shards -> token_blocks on stand-ins, with the stack's Dagster corpus settings: the
     token_blocks metadata and the demo's summary carry the counts, as numbers."""
-    from pipeline_project.assets.cleaned import cleaned_shards
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.assets.raw import raw_text
-    from pipeline_project.assets.token_blocks import token_blocks
+    from pipeline_project.defs.assets.cleaned import cleaned_shards
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.assets.raw import raw_text
+    from pipeline_project.defs.assets.token_blocks import token_blocks
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.layout import PipelineLayout
+    from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
     from pipeline_project.demo.runner import summarize
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.layout import PipelineLayout
-    from pipeline_project.sensors.raw_s3 import raw_s3_sensor
     from pipeline_project_tests.dagster_layer.standins import standin_resources
 
     env = _stack_dagster_env(tmp_path)

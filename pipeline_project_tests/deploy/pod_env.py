@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from pipeline_project.resources.launchers import TrainerLaunch, jobset_manifest, k8s_pod_spec, render_k8s_pod
+from pipeline_project.defs.resources.launchers import TrainerLaunch, jobset_manifest, k8s_pod_spec, render_k8s_pod
 from pipeline_project_tests.deploy.helpers import COMPOSE, K8S, REPO, k8s_manifests
 
 ENV_NAME = r"[A-Z][A-Z0-9_]{2,}"

@@ -150,6 +150,6 @@ def test_cluster_runs_and_trainer_pods_are_bounded_in_time():
     launch = pod_env.trainer_launch()
     # the trainer pod dies and its step fails before the run pod is killed, so the run ends with the reason
     assert 3600 <= launch.pod_wait_timeout_s < run_deadline
-    from pipeline_project.resources.launchers import k8s_pod_spec
+    from pipeline_project.defs.resources.launchers import k8s_pod_spec
 
     assert k8s_pod_spec(launch)["activeDeadlineSeconds"] == int(launch.pod_wait_timeout_s)

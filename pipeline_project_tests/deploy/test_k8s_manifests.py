@@ -11,10 +11,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from pipeline_project.resources.launchers import TrainerLaunch
-from pipeline_project.resources.layout import PipelineLayout
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.ledger import ledger_topic
+from pipeline_project.defs.resources.launchers import TrainerLaunch
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.ledger.records import ledger_topic
 from pipeline_project_tests.deploy.helpers import (
     K8S,
     STRIMZI_KINDS,
@@ -98,7 +98,7 @@ def _settings() -> dict[str, str]:
 
 
 def test_every_referenced_secret_is_documented_or_written_by_strimzi():
-    from pipeline_project.resources.launchers import k8s_pod_spec
+    from pipeline_project.defs.resources.launchers import k8s_pod_spec
 
     provided = {doc["metadata"]["name"] for _, doc in BASE if doc["kind"] == "Secret"} | _strimzi_secrets()
     values = yaml.safe_load((K8S / "dagster" / "values.yaml").read_text())

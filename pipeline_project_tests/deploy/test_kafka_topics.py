@@ -15,8 +15,9 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline_project.resources.layout import PipelineLayout
-from pipeline_project.streaming import ledger, topics
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.streaming.kafka import topics
+from pipeline_project.streaming.ledger import records as ledger
 from pipeline_project_tests.deploy.helpers import K8S, yaml_docs
 
 

@@ -11,8 +11,8 @@ from typing import ClassVar
 import pytest
 import yaml
 
-from pipeline_project.resources import launchers
-from pipeline_project.resources.launchers import (
+from pipeline_project.defs.resources import launchers
+from pipeline_project.defs.resources.launchers import (
     JOB_CONFIG_ENV,
     TrainerLaunch,
     jobset_manifest,
@@ -20,7 +20,7 @@ from pipeline_project.resources.launchers import (
     render_k8s_pod,
     subprocess_command,
 )
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.training.job import JobConfig
 from pipeline_project_tests.deploy.helpers import K8S, REPO, validate_k8s, yaml_docs
 
@@ -197,7 +197,7 @@ def test_the_committed_multinode_recipe_is_what_the_code_renders():
     )
     assert _committed_jobset() == rendered
     out = subprocess.run(
-        [sys.executable, "-m", "pipeline_project.resources.launchers", "jobset", "--nodes", "2", "--gpus-per-node", "8",
+        [sys.executable, "-m", "pipeline_project.defs.resources.launchers", "jobset", "--nodes", "2", "--gpus-per-node", "8",
          "--image", launch.image, "--kafka-ca-secret", "pipeline-kafka-cluster-ca-cert"],
         capture_output=True, text=True, check=True, cwd=REPO,
     )  # fmt: skip

@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from pipeline_project.resources.launchers import k8s_pod_meta, render_k8s_pod
+from pipeline_project.defs.resources.launchers import k8s_pod_meta, render_k8s_pod
 from pipeline_project_tests.deploy import pod_env
 from pipeline_project_tests.deploy.helpers import (
     COMPOSE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline_project.resources import launchers
+from pipeline_project.defs.resources import launchers
 from pipeline_project_tests.deploy.helpers import DEPLOY, REPO
 
 ENV_NAME = r"[A-Z][A-Z0-9_]{2,}"

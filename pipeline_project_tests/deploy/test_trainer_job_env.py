@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from pipeline_project.resources.launchers import JOB_CONFIG_ENV, entry_args
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.defs.resources.launchers import JOB_CONFIG_ENV, entry_args
+from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.training.job import JobConfig
 from pipeline_project_tests.deploy.helpers import REPO
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 
-from pipeline_project import metrics
+from pipeline_project.common.metrics import prometheus as metrics
 from pipeline_project.training.balancing import ExpertLoad
 from pipeline_project.training.trainer import StepMetrics
 

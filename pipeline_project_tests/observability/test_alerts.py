@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline_project.metrics import PipelineMetrics
+from pipeline_project.common.metrics.prometheus import PipelineMetrics
 from pipeline_project_tests.observability import dashboard
 
 HERE = Path(__file__).resolve().parent

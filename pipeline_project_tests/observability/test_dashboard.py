@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from pipeline_project.metrics import PipelineMetrics
+from pipeline_project.common.metrics.prometheus import PipelineMetrics
 from pipeline_project_tests.observability import dashboard
 
 
@@ -65,6 +65,6 @@ def test_metrics_record_what_the_components_report():
 
 
 def test_serve_metrics_is_off_without_a_port():
-    from pipeline_project.metrics import serve_metrics
+    from pipeline_project.common.metrics.prometheus import serve_metrics
 
     assert serve_metrics(0) is None and serve_metrics(None) is None

@@ -10,9 +10,9 @@ import threading
 import pytest
 from prometheus_client import generate_latest
 
-from pipeline_project import metrics as metrics_module
-from pipeline_project.metric_totals import MetricTotals, MetricTotalsUnavailableError
-from pipeline_project.metrics import PipelineMetrics, push_job_totals
+from pipeline_project.common.metrics import prometheus as metrics_module
+from pipeline_project.common.metrics.prometheus import PipelineMetrics, push_job_totals
+from pipeline_project.common.metrics.totals import MetricTotals, MetricTotalsUnavailableError
 
 KEPT = ("pipeline_cleaning_documents_total", (("outcome", "kept"),))
 DROPPED = ("pipeline_cleaning_documents_total", (("outcome", "dropped"),))
@@ -51,7 +51,7 @@ def test_database_down_pushes_gauges_only_and_warns(monkeypatch, caplog):
     monkeypatch.setattr(metrics_module, "push_to_gateway", lambda *a, **k: pushed.append(("put", k["registry"])))
     monkeypatch.setattr(metrics_module, "pushadd_to_gateway", lambda *a, **k: pushed.append(("post", k["registry"])))
     url = f"postgresql://nobody@127.0.0.1:{_closed_port()}/none"
-    with caplog.at_level(logging.WARNING, logger="pipeline_project.metrics"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_project.common.metrics.prometheus"):
         ok = push_job_totals(
             _cleaned(2, 1), gateway="http://gw:9091", job="j", batch="b1", asset="cleaned_shards", totals_url=url
         )
@@ -122,7 +122,7 @@ def test_a_push_holds_the_jobs_lock(pg_url):
 @pytest.mark.stack
 def test_a_pushgateway_that_does_not_answer_is_a_warning_and_the_totals_still_count(pg_url, caplog):
     gateway = f"http://127.0.0.1:{_closed_port()}"
-    with caplog.at_level(logging.WARNING, logger="pipeline_project.metrics"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_project.common.metrics.prometheus"):
         ok = push_job_totals(_cleaned(4, 1), gateway=gateway, job="j", batch="b1", asset="a", totals_url=pg_url)
     assert ok is False
     assert f"could not push metrics to {gateway}" in caplog.text

@@ -58,11 +58,11 @@ def _value(result: list[dict]) -> float:
 
 
 def _materialize_ingest(instance, resources, layout, s3) -> str:
-    from pipeline_project.assets import cleaned, raw, token_blocks
-    from pipeline_project.assets.partitions import batches
     from pipeline_project.definitions import defs
-    from pipeline_project.demo.sample_corpus import generate
-    from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.defs.assets import cleaned, raw, token_blocks
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.demo.sample.corpus import generate
 
     for f in generate(seed=3, docs_per_language=3):
         s3.put_object(Bucket=layout.bucket, Key=layout.raw_prefix + f.key.removeprefix("raw/sample/"), Body=f.data)
@@ -79,10 +79,10 @@ def _materialize_ingest(instance, resources, layout, s3) -> str:
 
 
 def _assert_ingest_run_tagged(tracking_uri: str, batch: str, run_id: str) -> None:
-    """The produce step's MLflow run carries the shared tag vocabulary (pipeline_project/run_tags.py)."""
+    """The produce step's MLflow run carries the shared tag vocabulary (pipeline_project/common/run_tags.py)."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline_project.run_tags import TAG_KEYS
+    from pipeline_project.common.run_tags import TAG_KEYS
 
     client = MlflowClient(tracking_uri)
     experiments = [e.experiment_id for e in client.search_experiments()]
@@ -94,7 +94,7 @@ def _assert_ingest_run_tagged(tracking_uri: str, batch: str, run_id: str) -> Non
 
 def test_prometheus_sees_ingest_and_trainer_series_move(prometheus, instance, resources, layout, s3, uid):
     cfg = prometheus
-    from pipeline_project.resources.pushgateway import PushgatewayResource
+    from pipeline_project.defs.resources.pushgateway import PushgatewayResource
 
     gateway = f"http://{cfg.host}:{cfg.pushgateway_port}"
     resources = {

@@ -7,7 +7,7 @@ import socket
 import urllib.request
 from types import SimpleNamespace
 
-from pipeline_project.metrics import METRICS, PipelineMetrics, serve_metrics
+from pipeline_project.common.metrics.prometheus import METRICS, PipelineMetrics, serve_metrics
 
 
 def test_each_rank_exports_its_loader_lag_per_partition():
@@ -52,7 +52,7 @@ def test_each_local_rank_serves_on_base_plus_its_rank():
 
 
 def test_per_expert_loads_go_to_the_table_and_only_summaries_stay_step_metrics():
-    from pipeline_project.training.mlflow_logging import split_expert_load
+    from pipeline_project.training.tracking.run import split_expert_load
 
     table: dict[str, list] = {}
     metrics = {"loss": 2.0, "expert_load/max_violation": 0.5, "expert_load/layer1/e0": 0.75,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from pipeline_project.cli import app
-from pipeline_project.progress import RateEta, format_duration
+from pipeline_project.cli.app import app
+from pipeline_project.common.progress import RateEta, format_duration
 
 
 def _command_paths(typer_app: typer.Typer, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

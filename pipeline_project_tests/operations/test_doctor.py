@@ -9,9 +9,9 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from pipeline_project.cli import app
-from pipeline_project.doctor import run_checks
-from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.cli.app import app
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.ops.doctor import run_checks
 
 pytestmark = pytest.mark.stack
 
@@ -78,7 +78,7 @@ def test_wrong_s3_secret_fails(stack_env):
 def test_topic_layout_and_retention_are_checked(stack, stack_env):
     from confluent_kafka.admin import NewTopic
 
-    from pipeline_project.streaming.kafka_client import KafkaSettings
+    from pipeline_project.streaming.kafka.client import KafkaSettings
 
     admin = KafkaSettings.from_settings(stack).make_admin()
     good, odd = f"doctor-{uuid.uuid4().hex[:8]}", f"doctor-{uuid.uuid4().hex[:8]}"

@@ -12,7 +12,7 @@ import boto3
 import psutil
 import pytest
 
-from pipeline_project.doctor import check_s3
+from pipeline_project.ops.doctor import check_s3
 from pipeline_project.settings import LOCAL_S3_ACCESS_KEY, Settings, running_local_s3
 
 CLIENT_VARS = ("PIPELINE_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
@@ -35,7 +35,7 @@ def test_doctor_in_a_fresh_shell_finds_the_running_local_stack(local_stack):
     """The bug: two FAIL lines (NoCredentialsError, AWS S3) on a healthy stack, in a shell without `stack env`."""
     env = _fresh_shell_env(PIPELINE_STATE_DIR=str(local_stack.state_dir))
     out = subprocess.run(
-        [sys.executable, "-m", "pipeline_project.cli", "doctor", "--timeout", "5"],
+        [sys.executable, "-m", "pipeline_project.cli.app", "doctor", "--timeout", "5"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     s3_lines = [line for line in out.stdout.splitlines() if "s3.bucket" in line]

@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 import pytest
 
-from pipeline_project.assets.partitions import batches
-from pipeline_project.ingest import read_manifest
-from pipeline_project.listing import TickCursor
-from pipeline_project.resources import build_resources
-from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.defs.assets.partitions import batches
+from pipeline_project.defs.resources import build_resources
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.ingest.listing.plan import TickCursor
+from pipeline_project.ingest.manifest import read_manifest
 from pipeline_project_harness.reliability.sensor_daemon import Daemon
 
 pytestmark = pytest.mark.stack

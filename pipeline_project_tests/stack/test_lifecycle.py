@@ -12,7 +12,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from pipeline_project.cli import app
+from pipeline_project.cli.app import app
 from pipeline_project.stack import Stack, StackConfig, StackError
 
 

@@ -20,19 +20,19 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from pipeline_project.cli import app
-from pipeline_project.resources.kafka import KafkaResource
+from pipeline_project.cli.app import app
+from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.stack import Stack, StackConfig, StackError
-from pipeline_project.stack.kafka_security import BROKER_USER, CLIENT_USER
-from pipeline_project.stack.tls import generate_ca
-from pipeline_project.streaming.kafka_client import (
+from pipeline_project.stack.kafka.security import BROKER_USER, CLIENT_USER
+from pipeline_project.stack.kafka.tls import generate_ca
+from pipeline_project.streaming.kafka.client import (
     KafkaAuthenticationError,
     KafkaRefusedError,
     KafkaSettings,
     KafkaTLSError,
 )
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
 from pipeline_project_tests.secure_kafka import SecureCluster, isolated_resources, secure_stack
 
 SEQ = 64
@@ -167,7 +167,7 @@ def _committed_ends(admin, topic: str, partitions) -> dict[int, int]:
 
 
 def test_blocks_produced_over_sasl_ssl_come_back_through_the_loader(secure: SecureCluster):
-    from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
+    from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
 
     class Tok:
         name, hash = "unit-tok", "feedface"
@@ -193,10 +193,10 @@ def test_blocks_produced_over_sasl_ssl_come_back_through_the_loader(secure: Secu
 
 
 def test_ingest_graph_materializes_over_sasl_ssl(secure: SecureCluster, stack, monkeypatch):
-    from pipeline_project.assets import cleaned, raw, token_blocks
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.demo.sample_corpus import generate
-    from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.defs.assets import cleaned, raw, token_blocks
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.demo.sample.corpus import generate
 
     monkeypatch.setenv("KAFKA_SASL_PASSWORD", secure.password)  # as the stack hands it to Dagster: never in config
     resources = isolated_resources(secure.settings_with(stack), uuid.uuid4().hex[:8])

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from pipeline_project.cli import app
+from pipeline_project.cli.app import app
 from pipeline_project.settings import Settings
 from pipeline_project.stack import Stack, kafka_tool
 from pipeline_project.stack.s3 import s3_client

@@ -10,9 +10,9 @@ import psutil
 import pytest
 
 from pipeline_project.stack import Stack, StackConfig, StackError, parse_services
-from pipeline_project.stack.class_data_sharing import ClassDataSharing
 from pipeline_project.stack.dagster import DagsterService
-from pipeline_project.stack.kafka import KafkaService, kafka_uuid
+from pipeline_project.stack.kafka.cds import ClassDataSharing
+from pipeline_project.stack.kafka.cluster import KafkaService, kafka_uuid
 from pipeline_project.stack.processes import ManagedProcess, _same_command
 
 

@@ -7,7 +7,7 @@ import uuid
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
 
 
 def unique_topic(prefix: str) -> str:
@@ -47,7 +47,7 @@ def consume_all(settings: KafkaSettings, topic: str, *, isolation: str = "read_c
 def recreate_topic(settings: KafkaSettings, topic: str, timeout_s: float = 60.0, **layout) -> None:
     """Delete `topic` and create it again under the same name (a new topic id), with `ensure_topic`'s layout."""
     from pipeline_project.streaming.errors import TopicError
-    from pipeline_project.streaming.topics import ensure_topic
+    from pipeline_project.streaming.kafka.topics import ensure_topic
 
     admin = settings.make_admin()
     admin.delete_topics([topic], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline_project.streaming.assignment import (
+from pipeline_project.streaming.load.assignment import (
     AssignmentError,
     Reader,
     assign_partitions,
@@ -13,7 +13,7 @@ from pipeline_project.streaming.assignment import (
     partitions_for_rank,
     shares_for_rank,
 )
-from pipeline_project.streaming.stripes import Share
+from pipeline_project.streaming.load.stripes import Share
 
 
 @pytest.mark.parametrize(

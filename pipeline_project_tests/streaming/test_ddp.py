@@ -23,8 +23,8 @@ RESUME_AFTER = 2
 def _rank_main(bootstrap: str, topic: str, out_dir: str) -> None:
     import torch.distributed as dist
 
-    from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig, gather_state
+    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig, gather_state
     from pipeline_project_tests.streaming.test_loader_support import SEQ_LEN
 
     dist.init_process_group("gloo")
@@ -86,7 +86,7 @@ def _free_port() -> int:
 
 @pytest.mark.stack
 def test_two_gloo_ranks_read_disjoint_blocks_covering_everything(stack, tmp_path):
-    from pipeline_project.streaming.kafka_client import KafkaSettings
+    from pipeline_project.streaming.kafka.client import KafkaSettings
     from pipeline_project_tests.streaming.test_loader_support import make_topic, produce
 
     kafka = KafkaSettings.from_settings(stack)

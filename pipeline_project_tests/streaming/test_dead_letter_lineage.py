@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline_project.streaming.errors import DeadLetterLimitError
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
-from pipeline_project.streaming.loader_config import dead_letter_topic_for
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.load.config import dead_letter_topic_for
+from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
 
 from .kafka_helpers import consume_all
 from .test_loader import _bad_message
@@ -62,7 +62,7 @@ def test_the_dead_letter_budget_holds_over_a_lineage_not_per_invocation(stack):
 
 
 def test_every_rank_state_of_a_checkpoint_sums_to_the_lineage_count():
-    from pipeline_project.streaming.dead_letters import LineageBudget
+    from pipeline_project.streaming.load.dead_letters import LineageBudget
 
     states = [{"rank": 0, "dead_letters": 3}, {"rank": 1, "dead_letters": 2}]
     rank0, rank1 = LineageBudget(10, rank=0), LineageBudget(10, rank=1)

@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from pipeline_project.streaming.format import PAD_TOKEN, decode_blocks, encode_message, read_header
-from pipeline_project.streaming.packing import BlockPacker, DomainPackers
-from pipeline_project.streaming.staging import MessageEncoder, StreamHasher, rechunk, skip_blocks, stage_chunks
-from pipeline_project.streaming.transactions import BatchTotals
+from pipeline_project.streaming.kafka.format import PAD_TOKEN, decode_blocks, encode_message, read_header
+from pipeline_project.streaming.produce.packing import BlockPacker, DomainPackers
+from pipeline_project.streaming.produce.staging import MessageEncoder, StreamHasher, rechunk, skip_blocks, stage_chunks
+from pipeline_project.streaming.produce.transactions import BatchTotals
 
 EOS = 7
 

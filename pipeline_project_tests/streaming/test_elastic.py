@@ -18,12 +18,12 @@ from collections import Counter
 
 import pytest
 
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.loader import LoaderConfig
-from pipeline_project.streaming.mixture import MixtureConfig
-from pipeline_project.streaming.mixture_loader import make_loader, merge_mixture_states
-from pipeline_project.streaming.state import merge_states
-from pipeline_project.streaming.stripes import ALL, consumed_blocks
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.load.domain_source import make_loader, merge_mixture_states
+from pipeline_project.streaming.load.loader import LoaderConfig
+from pipeline_project.streaming.load.mixture import MixtureConfig
+from pipeline_project.streaming.load.state import merge_states
+from pipeline_project.streaming.load.stripes import ALL, consumed_blocks
 from pipeline_project_tests.streaming.kafka_helpers import grow_topic
 from pipeline_project_tests.streaming.test_loader_support import (
     SEQ_LEN,

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
-from pipeline_project.streaming.packing import DomainPackers
-from pipeline_project.streaming.producer import ProducerConfig
-from pipeline_project.streaming.tokenize_produce import StageTimer, timed_blocks
+from pipeline_project.streaming.produce.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
+from pipeline_project.streaming.produce.packing import DomainPackers
+from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.tokenize import StageTimer, timed_blocks
 from pipeline_project.streaming.tokenizer import load_tokenizer
 
 
@@ -135,9 +135,9 @@ def test_without_fim_the_packer_reports_no_fim_counts(tok):
 @pytest.mark.stack
 def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, tok):
     from pipeline_project.streaming.errors import LedgerConflictError
-    from pipeline_project.streaming.kafka_client import KafkaSettings
-    from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
-    from pipeline_project.streaming.topics import ensure_topic
+    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.streaming.kafka.topics import ensure_topic
+    from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
     from pipeline_project_tests.streaming.kafka_helpers import consume_all, unique_topic
 
     s = KafkaSettings.from_settings(stack)
@@ -175,7 +175,7 @@ def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, to
 
 
 def test_the_layout_resource_turns_fim_on_for_code_only():
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources.layout import PipelineLayout
 
     assert not PipelineLayout().fim_policy().active
     assert PipelineLayout(fim_code_rate=0.1).fim_policy() == FimPolicy.deepseek()

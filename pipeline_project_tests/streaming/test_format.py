@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline_project.streaming.format import (
+from pipeline_project.streaming.kafka.format import (
     FORMAT_VERSION,
     PAD_TOKEN,
     PLAIN_FORMAT_VERSION,

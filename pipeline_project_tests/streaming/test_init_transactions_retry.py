@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline_project.streaming import kafka_client
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka import client as kafka_client
+from pipeline_project.streaming.kafka.client import KafkaSettings
 
 
 def _fake(failures: list[KafkaError]):

@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline_project.streaming.errors import DeliveryError, KafkaUnavailableError
-from pipeline_project.streaming.kafka_client import DeliveryTracker, KafkaSettings
-from pipeline_project.streaming.kafka_stats import KafkaStats
+from pipeline_project.streaming.kafka.client import DeliveryTracker, KafkaSettings
+from pipeline_project.streaming.kafka.stats import KafkaStats
 
 from .kafka_helpers import DeliveredMessage
 

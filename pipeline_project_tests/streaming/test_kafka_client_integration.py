@@ -4,9 +4,9 @@ import pytest
 from confluent_kafka.admin import ConfigResource
 
 from pipeline_project.streaming.errors import DeliveryError, TopicLayoutMismatchError
-from pipeline_project.streaming.kafka_client import DeliveryTracker, flush_or_raise
-from pipeline_project.streaming.kafka_stats import KafkaStats
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.client import DeliveryTracker, flush_or_raise
+from pipeline_project.streaming.kafka.stats import KafkaStats
+from pipeline_project.streaming.kafka.topics import ensure_topic
 
 from .kafka_helpers import consume_all, kafka_settings, unique_topic
 
@@ -60,7 +60,7 @@ def test_a_compacting_or_small_message_token_topic_is_refused_with_the_fix(stack
     refused up front with the command that fixes them in place, and the fixed topic is accepted."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
 
-    from pipeline_project.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources.layout import PipelineLayout
 
     layout = PipelineLayout()
     admin = kafka_settings(stack).make_admin()

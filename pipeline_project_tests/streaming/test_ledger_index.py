@@ -11,16 +11,16 @@ import threading
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.ledger import (
+from pipeline_project.streaming.kafka.topics import ensure_topic, topic_id
+from pipeline_project.streaming.ledger.index import PostgresLedgerIndex
+from pipeline_project.streaming.ledger.records import (
     ProgressRecord,
     ensure_ledger_topic,
     ledger_topic,
     progress_key,
     read_ledger_records,
 )
-from pipeline_project.streaming.ledger_index import PostgresLedgerIndex
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.topics import ensure_topic, topic_id
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
 
 from .kafka_helpers import kafka_settings, recreate_topic, unique_topic
 

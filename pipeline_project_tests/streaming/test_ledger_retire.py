@@ -11,17 +11,17 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline_project.streaming.errors import LedgerConflictError
-from pipeline_project.streaming.ledger import (
+from pipeline_project.streaming.kafka.topics import ensure_topic, topic_id
+from pipeline_project.streaming.ledger.index import PostgresLedgerIndex
+from pipeline_project.streaming.ledger.records import (
     LedgerRecords,
     ProgressRecord,
     ledger_topic,
     read_ledger_records,
 )
-from pipeline_project.streaming.ledger_index import PostgresLedgerIndex
-from pipeline_project.streaming.ledger_retire import NothingToRetireError, retire_entry
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.retirements import Retirement
-from pipeline_project.streaming.topics import ensure_topic, topic_id
+from pipeline_project.streaming.ledger.retire import NothingToRetireError, retire_entry
+from pipeline_project.streaming.ledger.retirements import Retirement
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
 
 from .kafka_helpers import consume_all, kafka_settings, unique_topic
 
@@ -97,7 +97,7 @@ def test_a_retired_partly_produced_batch_is_produced_afresh_and_audited(stack, p
 
 @pytest.mark.stack
 def test_a_completed_entry_is_retired_through_the_cli(stack, monkeypatch):
-    from pipeline_project.cli import app
+    from pipeline_project.cli.app import app
 
     s = kafka_settings(stack)
     topic = unique_topic("retire-cli")
@@ -156,7 +156,7 @@ def test_retiring_fences_the_transactional_id_the_entry_was_written_under(stack)
     still holds an open transaction: retiring fences it too, so it cannot commit after the retirement."""
     from confluent_kafka import KafkaException
 
-    from pipeline_project.streaming.producer import transactional_id_for
+    from pipeline_project.streaming.produce.producer import transactional_id_for
 
     s, other = kafka_settings(stack), kafka_settings(stack, transactional_id_prefix="elsewhere")
     topic = unique_topic("fence")
@@ -175,7 +175,7 @@ def test_retiring_fences_the_transactional_id_the_entry_was_written_under(stack)
 
 
 def test_what_cleaning_refuses_is_what_the_producer_would_refuse():
-    from pipeline_project.streaming.ledger_checks import refusal_for_content
+    from pipeline_project.streaming.ledger.checks import refusal_for_content
 
     progress = ProgressRecord(ledger_key="b1", content_hash="h-A", tokenizer_hash="t", seq_len=SEQ, topic_id="T",
                               transactions=1, messages=1, blocks=5, bytes=1, pad_tokens=0, padded_blocks=0,

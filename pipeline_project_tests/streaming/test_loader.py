@@ -12,9 +12,9 @@ import torch
 from confluent_kafka import Producer
 
 from pipeline_project.streaming.errors import DeadLetterLimitError
-from pipeline_project.streaming.format import FORMAT_VERSION, MalformedMessageError, encode_message
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.format import FORMAT_VERSION, MalformedMessageError, encode_message
+from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
 from pipeline_project_tests.streaming.test_loader_support import (
     SEQ_LEN,
     TOKENIZER_HASH,
@@ -261,7 +261,7 @@ def test_too_many_dead_letters_stop_the_loader(kafka):
 
 
 def test_dead_letters_are_produced_to_the_dead_letter_topic(kafka):
-    from pipeline_project.streaming.loader import dead_letter_topic_for
+    from pipeline_project.streaming.load.loader import dead_letter_topic_for
 
     from .kafka_helpers import consume_all
 
@@ -284,7 +284,7 @@ def test_dead_letters_are_produced_to_the_dead_letter_topic(kafka):
 
 
 def test_state_of_another_topic_is_rejected(kafka, topic4):
-    from pipeline_project.streaming.state import StateError
+    from pipeline_project.streaming.load.state import StateError
 
     _, _, state, _ = _run(_cfg(kafka, topic4), max_batches=1)
     loader = KafkaBlockLoader(_cfg(kafka, topic4))

@@ -12,11 +12,11 @@ import torch
 from confluent_kafka import TopicPartition
 
 from pipeline_project.streaming.errors import DataLossError, TopicLayoutMismatchError, TopicRecreatedError
-from pipeline_project.streaming.format import PAD_TOKEN
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.loader import KafkaBlockLoader, LoaderConfig
-from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.format import PAD_TOKEN
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
+from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project_tests.streaming.kafka_helpers import recreate_topic, unique_topic
 from pipeline_project_tests.streaming.test_loader_support import (
     SEQ_LEN,

@@ -12,10 +12,10 @@ from collections import deque
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.assembler import Batch, BatchAssembler, End
 from pipeline_project.streaming.errors import ReadTimeoutError
-from pipeline_project.streaming.partition_reader import BufferEntry
-from pipeline_project.streaming.state import Cursor, Interleaver
+from pipeline_project.streaming.load.assembler import Batch, BatchAssembler, End
+from pipeline_project.streaming.load.partition_reader import BufferEntry
+from pipeline_project.streaming.load.state import Cursor, Interleaver
 
 SEQ_LEN = 4
 
@@ -53,7 +53,7 @@ def _run(reader: LateReader, *, idle: float, stall: float) -> list:
 
 
 def test_a_stall_longer_than_idle_timeout_is_waited_out_and_logged(caplog):
-    with caplog.at_level(logging.WARNING, logger="pipeline_project.streaming.assembler"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_project.streaming.load.assembler"):
         items = _run(LateReader(after_s=0.5), idle=0.1, stall=5.0)
     assert [type(i) for i in items] == [Batch, End]
     assert items[0].tensor.tolist() == [list(range(SEQ_LEN))]

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from confluent_kafka import Producer, TopicPartition
 
-from pipeline_project.streaming.format import encode_message
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.format import encode_message
+from pipeline_project.streaming.kafka.topics import ensure_topic
 
 TOKENIZER_HASH = "test-hash"
 SEQ_LEN = 16

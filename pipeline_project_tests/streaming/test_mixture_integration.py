@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.format import read_header
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.loader import LoaderConfig
-from pipeline_project.streaming.mixture import MixtureConfig
-from pipeline_project.streaming.mixture_loader import make_loader
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.topics import ensure_topic
-from pipeline_project.streaming.verify import verify_produced
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.format import read_header
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.load.domain_source import make_loader
+from pipeline_project.streaming.load.loader import LoaderConfig
+from pipeline_project.streaming.load.mixture import MixtureConfig
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project_tests.streaming.kafka_helpers import consume_all
 
 pytestmark = pytest.mark.stack

@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from pipeline_project.streaming.mixture import PARTS, MixtureConfig, MixtureSampler, RankMixture, to_parts
+from pipeline_project.streaming.load.mixture import PARTS, MixtureConfig, MixtureSampler, RankMixture, to_parts
 
 W = {"en_web": 0.5, "zh_web": 0.3, "code": 0.15, "books": 0.05}
 

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline_project.streaming.format import PAD_TOKEN
-from pipeline_project.streaming.packing import BlockPacker
+from pipeline_project.streaming.kafka.format import PAD_TOKEN
+from pipeline_project.streaming.produce.packing import BlockPacker
 
 EOS = 1
 

@@ -17,11 +17,11 @@ import pytest
 import xxhash
 
 from pipeline_project.streaming.errors import LedgerConflictError, VisibilityTimeoutError
-from pipeline_project.streaming.format import decode_message, read_header
-from pipeline_project.streaming.ledger import read_ledger, read_ledger_records
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.topics import ensure_topic
-from pipeline_project.streaming.verify import verify_produced
+from pipeline_project.streaming.kafka.format import decode_message, read_header
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.ledger.records import read_ledger, read_ledger_records
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.verify import verify_produced
 
 from .kafka_helpers import consume_all, kafka_settings, last_stable_offsets, recreate_topic, unique_topic
 
@@ -130,8 +130,8 @@ def test_a_run_that_fails_after_some_chunks_is_resumed_exactly(stack, reference)
 
 KILLED_RUN = """
 import os, signal, sys
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.producer import produce_blocks
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.produce.producer import produce_blocks
 from pipeline_project_tests.streaming.test_producer_chunks import _blocks, _kw, _pieces
 
 make = KafkaSettings.make_transactional_producer
@@ -182,7 +182,7 @@ def test_a_run_killed_inside_a_transaction_is_fenced_and_resumed_exactly(stack, 
 
 
 def test_returns_only_once_read_committed_readers_see_the_batch(stack, monkeypatch):
-    from pipeline_project.streaming import producer
+    from pipeline_project.streaming.produce import producer
 
     s = kafka_settings(stack)
     topic = unique_topic("visible")
@@ -250,9 +250,9 @@ def test_a_topic_recreated_under_a_kept_ledger_is_a_conflict_not_a_silent_reuse(
 def test_the_ledger_is_read_to_its_high_watermark_so_a_retry_never_misses_a_committed_batch(stack, monkeypatch):
     import threading
 
-    from pipeline_project.streaming import producer as producer_module
     from pipeline_project.streaming.errors import ReadTimeoutError
-    from pipeline_project.streaming.ledger import ledger_topic
+    from pipeline_project.streaming.ledger.records import ledger_topic
+    from pipeline_project.streaming.produce import producer as producer_module
 
     s = kafka_settings(stack)
     topic = unique_topic("ledger-hw")

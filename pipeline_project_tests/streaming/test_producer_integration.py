@@ -7,14 +7,14 @@ import pytest
 import xxhash
 
 from pipeline_project.streaming.errors import DeliveryError, LedgerConflictError, ProducedDataMismatchError
-from pipeline_project.streaming.format import decode_message, read_header
-from pipeline_project.streaming.ledger import ledger_topic, read_ledger
-from pipeline_project.streaming.packing import BlockPacker
-from pipeline_project.streaming.producer import ProducerConfig, produce_blocks
-from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
+from pipeline_project.streaming.kafka.format import decode_message, read_header
+from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.ledger.records import ledger_topic, read_ledger
+from pipeline_project.streaming.produce.packing import BlockPacker
+from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
+from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project.streaming.tokenizer import load_tokenizer
-from pipeline_project.streaming.topics import ensure_topic
-from pipeline_project.streaming.verify import verify_produced
 
 from .kafka_helpers import consume_all, kafka_settings, unique_topic
 
@@ -307,7 +307,7 @@ def test_verify_produced_detects_claims_the_topic_does_not_hold(topic_and_settin
 
 
 def test_kafkas_own_console_consumer_reads_the_reported_ranges(topic_and_settings):
-    from pipeline_project.stack.kafka import kafka_tool
+    from pipeline_project.stack.kafka.cluster import kafka_tool
 
     topic, s = topic_and_settings
     report = produce_blocks(

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.ledger import ProduceReport, ledger_topic
-from pipeline_project.streaming.prefetch import prefetch_batches
-from pipeline_project.streaming.producer import ProducerConfig, transactional_id_for
-from pipeline_project.streaming.staging import read_while, rechunk
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.ledger.records import ProduceReport, ledger_topic
+from pipeline_project.streaming.produce.prefetch import prefetch_batches
+from pipeline_project.streaming.produce.producer import ProducerConfig, transactional_id_for
+from pipeline_project.streaming.produce.staging import read_while, rechunk
 
 
 def _arr(start, n, seq_len=3):
@@ -125,13 +125,13 @@ def test_prefetch_batches_close_stops_the_reader():
 
 
 def _encoder(seq_len=3):
-    from pipeline_project.streaming.staging import MessageEncoder, StreamHasher
+    from pipeline_project.streaming.produce.staging import MessageEncoder, StreamHasher
 
     return MessageEncoder(tokenizer_name="t", tokenizer_hash="h", source="s", seq_len=seq_len, hasher=StreamHasher())
 
 
 def test_stage_chunks_bounds_chunks_marks_the_last_and_hashes_the_stream_independently_of_cuts():
-    from pipeline_project.streaming.staging import StreamHasher, rechunk, stage_chunks
+    from pipeline_project.streaming.produce.staging import StreamHasher, rechunk, stage_chunks
 
     enc = _encoder()
     chunks = list(stage_chunks(rechunk([_arr(0, 7), _arr(7, 4)], per_message=2), 2, enc))
@@ -149,7 +149,7 @@ def test_stage_chunks_bounds_chunks_marks_the_last_and_hashes_the_stream_indepen
 
 def test_skip_blocks_drops_the_committed_prefix_after_checking_its_hash():
     from pipeline_project.streaming.errors import LedgerConflictError
-    from pipeline_project.streaming.staging import StreamHasher, skip_blocks
+    from pipeline_project.streaming.produce.staging import StreamHasher, skip_blocks
 
     committed = StreamHasher()
     committed.update(_arr(0, 5))
@@ -164,7 +164,7 @@ def test_skip_blocks_drops_the_committed_prefix_after_checking_its_hash():
 
 
 def test_progress_record_round_trip_and_old_readers_ignore_new_fields():
-    from pipeline_project.streaming.ledger import ProgressRecord
+    from pipeline_project.streaming.ledger.records import ProgressRecord
 
     rec = ProgressRecord(ledger_key="k", content_hash="c", tokenizer_hash="t", seq_len=4, topic_id="id",
                          transactions=2, messages=6, blocks=20, bytes=320, pad_tokens=0, padded_blocks=0,
@@ -185,7 +185,7 @@ def test_producer_defaults_pad_the_tail_and_bound_transactions():
 
 
 def produce_with_progress_suffix():
-    from pipeline_project.streaming.producer import produce_blocks
+    from pipeline_project.streaming.produce.producer import produce_blocks
 
     produce_blocks(KafkaSettings(bootstrap_servers="a:1"), "t", [], tokenizer=None, seq_len=4, source="s",
                    ledger_key="k#progress", content_hash="c")  # fmt: skip

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.format import PAD_TOKEN
-from pipeline_project.streaming.packing import DomainPackers
-from pipeline_project.streaming.spans import (
+from pipeline_project.streaming.kafka.format import PAD_TOKEN
+from pipeline_project.streaming.kafka.spans import (
     MAX_HEADER_BYTES,
     Span,
     SpanRecorder,
@@ -17,7 +16,8 @@ from pipeline_project.streaming.spans import (
     encode_spans,
     spans_of_block,
 )
-from pipeline_project.streaming.staging import rechunk, split_item
+from pipeline_project.streaming.produce.packing import DomainPackers
+from pipeline_project.streaming.produce.staging import rechunk, split_item
 from pipeline_project.training.step_log import StepLog, runs_of
 
 SEQ, EOS, PER_MESSAGE = 16, 1, 3

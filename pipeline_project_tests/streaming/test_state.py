@@ -3,7 +3,7 @@ import json
 import pytest
 
 from pipeline_project.streaming.errors import TopicRecreatedError
-from pipeline_project.streaming.state import (
+from pipeline_project.streaming.load.state import (
     Cursor,
     Interleaver,
     StateError,

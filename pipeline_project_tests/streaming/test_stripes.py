@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline_project.streaming.errors import StateError
-from pipeline_project.streaming.state import merge_positions
-from pipeline_project.streaming.stripes import (
+from pipeline_project.streaming.load.state import merge_positions
+from pipeline_project.streaming.load.stripes import (
     ALL,
     Share,
     Skips,

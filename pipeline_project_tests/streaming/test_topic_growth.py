@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project.doctor import run_checks
-from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.ops.doctor import run_checks
 from pipeline_project.streaming.errors import TopicLayoutMismatchError
-from pipeline_project.streaming.kafka_client import KafkaSettings
-from pipeline_project.streaming.topics import ensure_topic
+from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project_tests.streaming.kafka_helpers import grow_topic, unique_topic
 
 pytestmark = pytest.mark.stack

@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from pipeline_project.streaming.errors import DeliveryError
-from pipeline_project.streaming.staging import Chunk, StagedMessage
-from pipeline_project.streaming.transactions import BatchTotals, BatchTransactions, abortable
+from pipeline_project.streaming.produce.staging import Chunk, StagedMessage
+from pipeline_project.streaming.produce.transactions import BatchTotals, BatchTransactions, abortable
 
 from .kafka_helpers import DeliveredMessage
 
@@ -66,7 +66,7 @@ PURGED = KafkaError(KafkaError._PURGE_QUEUE)
 
 
 def _record(totals):
-    from pipeline_project.streaming.ledger import ProgressRecord
+    from pipeline_project.streaming.ledger.records import ProgressRecord
 
     return ProgressRecord(ledger_key="b", content_hash="c", tokenizer_hash="t", seq_len=4, topic_id="id",
                           transactions=totals.transactions, messages=totals.messages, blocks=totals.blocks,

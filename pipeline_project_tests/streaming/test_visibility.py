@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 from confluent_kafka.admin import OffsetSpec
 
-from pipeline_project.streaming import offsets, visibility
 from pipeline_project.streaming.errors import ReadTimeoutError, VisibilityTimeoutError
+from pipeline_project.streaming.kafka import offsets, visibility
 
 
 class HangingThenStableAdmin:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.training import distributed, run
 from pipeline_project.training.job import JobConfig
 from pipeline_project.training.reporting import Reporter

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from pipeline_project.training.checkpoint import (
+from pipeline_project.training.checkpoint.store import (
     ResumeState,
     capture_rng,
     load_resume_state,

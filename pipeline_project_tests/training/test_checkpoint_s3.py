@@ -8,7 +8,7 @@ import uuid
 import pytest
 import torch
 
-from pipeline_project.training.checkpoint import (
+from pipeline_project.training.checkpoint.store import (
     ResumeState,
     latest_ref,
     load_latest,
@@ -17,9 +17,9 @@ from pipeline_project.training.checkpoint import (
     save_checkpoint,
     upload_checkpoint,
 )
+from pipeline_project.training.checkpoint.verify import reload_and_generate
 from pipeline_project.training.errors import CheckpointConflictError
 from pipeline_project.training.presets import build_model
-from pipeline_project.training.verify import reload_and_generate
 from pipeline_project_harness.reliability.checkpoint_trials import SCENARIOS, lost_latest_answer
 from pipeline_project_harness.reliability.lost_response import LoseResponses
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from pipeline_project.training.checkpoint import download_prefix, load_latest, read_latest, s3_client
-from pipeline_project.training.checkpoint_ref import check_step_uri, parse_ref
+from pipeline_project.training.checkpoint.ref import check_step_uri, parse_ref
+from pipeline_project.training.checkpoint.store import download_prefix, load_latest, read_latest, s3_client
 from pipeline_project.training.errors import InvalidCheckpointError
 
 PREFIX = "checkpoints/run/step-7-ab12cd34"
@@ -156,7 +156,7 @@ def test_a_refused_write_that_cannot_be_read_back_removes_nothing(tmp_path):
     telling, so the upload stays (garbage at worst) and the write's own error is raised."""
     from botocore.exceptions import ClientError
 
-    from pipeline_project.training.checkpoint import LatestPointer, upload_checkpoint
+    from pipeline_project.training.checkpoint.store import LatestPointer, upload_checkpoint
 
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "model.safetensors").write_bytes(b"w")

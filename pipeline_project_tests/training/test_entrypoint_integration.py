@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline_project.streaming.kafka_client import KafkaSettings, ensure_topic
-from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
-from pipeline_project.training.checkpoint import latest_ref, s3_client
+from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
+from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
+from pipeline_project.training.checkpoint.store import latest_ref, s3_client
 from pipeline_project.training.entrypoint import RESULT_PREFIX
 
 pytestmark = pytest.mark.stack

@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline_project.training.job import JobConfig
-from pipeline_project.training.mlflow_logging import flatten
 from pipeline_project.training.positions import offsets_consumed, positions
+from pipeline_project.training.tracking.run import flatten
 
 
 def _state(rank: int, cursors: dict[int, tuple[int, int]]) -> dict:
@@ -25,7 +25,7 @@ def test_offsets_consumed_merges_ranks_and_counts_partly_read_messages():
 
 
 def test_positions_of_ranks_sharing_a_partition_are_their_union():
-    from pipeline_project.streaming.stripes import stripe_of
+    from pipeline_project.streaming.load.stripes import stripe_of
 
     # partition 0 read by two ranks (stripes 0 and 1 of 2): stripe 1 got further than stripe 0
     slow = 2
@@ -68,8 +68,8 @@ def test_flatten_makes_comparable_param_names():
 
 
 def test_job_file_carries_no_kafka_secret_the_trainer_reads_it_from_env(monkeypatch):
-    from pipeline_project.resources.trainer import TrainerResource
-    from pipeline_project.streaming.kafka_client import KafkaSettings
+    from pipeline_project.defs.resources.trainer import TrainerResource
+    from pipeline_project.streaming.kafka.client import KafkaSettings
     from pipeline_project.training.job import JobConfig
 
     kafka = KafkaSettings(

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.format import PAD_TOKEN, encode_message
+from pipeline_project.streaming.kafka.format import PAD_TOKEN, encode_message
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 SEQ_LEN = 16

@@ -9,14 +9,14 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from pipeline_project.resources.mlflow import MlflowResource
-from pipeline_project.resources.trainer import TrainerResource
+from pipeline_project.defs.resources.mlflow import MlflowResource
+from pipeline_project.defs.resources.trainer import TrainerResource
 from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_TRAINING_EXPERIMENT
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.errors import CheckpointMismatchError, PresetError, TrainingError
 from pipeline_project.training.job import JobConfig
-from pipeline_project.training.mlflow_logging import run_url
+from pipeline_project.training.tracking.run import run_url
 
 SASL = KafkaSettings(
     bootstrap_servers="b:9093", security_protocol="SASL_SSL", sasl_username="u", sasl_password="s3cret"
@@ -82,7 +82,7 @@ def test_the_job_file_round_trips_without_the_secret(monkeypatch):
 
 def test_the_job_schema_imports_neither_torch_nor_dagster():
     code = (
-        "import sys, pipeline_project.training.job, pipeline_project.training.mlflow_logging; "
+        "import sys, pipeline_project.training.job, pipeline_project.training.tracking.run; "
         "print(sorted(m for m in ('torch', 'dagster', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,9 +1,9 @@
 """The trainer's mixture: in TrainConfig / JobConfig, handed to the loader, and reported to MLflow."""
 
-from pipeline_project.streaming.kafka_client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.job import JobConfig
-from pipeline_project.training.mixture_report import MixtureReport, final_mixture_metrics
+from pipeline_project.training.tracking.mixture import MixtureReport, final_mixture_metrics
 
 PROPORTIONS = {"en_web": 0.5, "zh_web": 0.3, "code": 0.15, "books": 0.05}
 

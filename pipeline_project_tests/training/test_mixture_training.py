@@ -10,9 +10,9 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from pipeline_project.streaming.kafka_client import KafkaSettings, ensure_topic
-from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
-from pipeline_project.training.checkpoint import load_latest, s3_client
+from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
+from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
+from pipeline_project.training.checkpoint.store import load_latest, s3_client
 from pipeline_project_tests.training.test_entrypoint_integration import CORPUS, _run_trainer
 
 pytestmark = pytest.mark.stack

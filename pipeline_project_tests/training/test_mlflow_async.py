@@ -9,9 +9,9 @@ import time
 import pytest
 from mlflow.utils.async_logging.run_operations import RunOperations
 
-from pipeline_project.training.mlflow_lineage import _common_dir, lineage_tags
-from pipeline_project.training.mlflow_logging import MlflowRun, gpu_metrics_source
-from pipeline_project.training.tracking import _overlaps
+from pipeline_project.training.tracking.callback import _overlaps
+from pipeline_project.training.tracking.lineage import _common_dir, lineage_tags
+from pipeline_project.training.tracking.run import MlflowRun, gpu_metrics_source
 
 
 class _AsyncClient:
@@ -102,7 +102,7 @@ def test_lineage_helpers():
 def test_the_kafka_dataset_source_resolves_its_uri_and_reports_an_unreachable_cluster():
     from confluent_kafka import KafkaException
 
-    from pipeline_project.training.mlflow_lineage import KafkaTopicSource
+    from pipeline_project.training.tracking.lineage import KafkaTopicSource
 
     source = KafkaTopicSource("b1:9092,b2:9092", "token-blocks")
     assert KafkaTopicSource._can_resolve(source.uri()) and not KafkaTopicSource._can_resolve("s3://x/y")

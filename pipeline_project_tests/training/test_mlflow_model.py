@@ -10,9 +10,15 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from pipeline_project.training.checkpoint import ResumeState, read_latest, s3_client, save_checkpoint, upload_checkpoint
-from pipeline_project.training.mlflow_lineage import CHECKPOINT_ALIAS, register_checkpoint
+from pipeline_project.training.checkpoint.store import (
+    ResumeState,
+    read_latest,
+    s3_client,
+    save_checkpoint,
+    upload_checkpoint,
+)
 from pipeline_project.training.presets import build_model
+from pipeline_project.training.tracking.lineage import CHECKPOINT_ALIAS, register_checkpoint
 
 pytestmark = pytest.mark.stack
 

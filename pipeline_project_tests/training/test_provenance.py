@@ -15,24 +15,24 @@ from confluent_kafka import TopicPartition
 from typer.testing import CliRunner
 
 from pipeline_project.cleaning import CleaningConfig, read_object
-from pipeline_project.cleaning.attributes import ATTRIBUTES_NAME, AttributeWriter, rows_of, signal_columns
-from pipeline_project.cleaning.publish import iter_shard_documents, write_manifest
-from pipeline_project.demo.sample_domains import code_file
-from pipeline_project.streaming.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
-from pipeline_project.streaming.format import PAD_TOKEN
-from pipeline_project.streaming.kafka_client import KafkaSettings, ensure_topic
-from pipeline_project.streaming.loader import LoaderConfig
-from pipeline_project.streaming.mixture_loader import make_loader
-from pipeline_project.streaming.producer import ProducerConfig
-from pipeline_project.streaming.provenance import (
+from pipeline_project.cleaning.output.attributes import ATTRIBUTES_NAME, AttributeWriter, rows_of, signal_columns
+from pipeline_project.cleaning.output.publish import iter_shard_documents, write_manifest
+from pipeline_project.cli.trace import trace_app
+from pipeline_project.demo.sample.domains import code_file
+from pipeline_project.provenance.trace import (
     DocumentCatalog,
     read_messages,
     trace_blocks,
     trace_message,
     trace_step,
 )
-from pipeline_project.streaming.tokenize_produce import tokenize_and_produce
-from pipeline_project.trace_cli import trace_app
+from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
+from pipeline_project.streaming.kafka.format import PAD_TOKEN
+from pipeline_project.streaming.load.domain_source import make_loader
+from pipeline_project.streaming.load.loader import LoaderConfig
+from pipeline_project.streaming.produce.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
+from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline, publish_batch
 from pipeline_project_tests.cleaning.conftest import prose
 from pipeline_project_tests.training.test_entrypoint_integration import _run_trainer

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_project.training.checkpoint import ResumeState, read_latest, s3_client, save_checkpoint, upload_checkpoint
+from pipeline_project.training.checkpoint.store import (
+    ResumeState,
+    read_latest,
+    s3_client,
+    save_checkpoint,
+    upload_checkpoint,
+)
 from pipeline_project.training.presets import build_model
 from pipeline_project.training.trainer import build_optimizer, seed_everything
 from pipeline_project_tests.training.helpers import tiny_config

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from pipeline_project.training.checkpoint import save_checkpoint
+from pipeline_project.training.checkpoint.store import save_checkpoint
 from pipeline_project.training.resume import build_training_state, make_resume_state
 from pipeline_project.training.trainer import StepMetrics, build_optimizer, lr_at, train
 from pipeline_project_tests.training.helpers import SMALL_VOCAB, make_batches, tiny_config

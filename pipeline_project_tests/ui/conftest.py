@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import dagster as dg
 import pytest
 
-from pipeline_project.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.layout import PipelineLayout
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,9 @@ class DemoRuns:
 
 
 def _ingest(instance, resources, layout, s3, files, cursor):
-    from pipeline_project.assets import cleaned, raw, token_blocks
-    from pipeline_project.assets.partitions import batches
-    from pipeline_project.sensors.raw_s3 import raw_s3_sensor
+    from pipeline_project.defs.assets import cleaned, raw, token_blocks
+    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 
     for f in files:
         s3.put_object(Bucket=layout.bucket, Key=layout.raw_prefix + f.key, Body=f.data)
@@ -55,7 +55,7 @@ def _ingest(instance, resources, layout, s3, files, cursor):
 
 
 def _train(instance, resources, *, with_checks: bool) -> Training:
-    from pipeline_project.assets import checkpoint
+    from pipeline_project.defs.assets import checkpoint
 
     defs = [checkpoint.deepseek_checkpoint]
     if with_checks:
@@ -69,11 +69,11 @@ def _train(instance, resources, *, with_checks: bool) -> Training:
 
 @pytest.fixture(scope="session")
 def demo_runs(local_stack, stack) -> DemoRuns:
-    from pipeline_project.demo.sample_corpus import generate
-    from pipeline_project.resources import build_resources
-    from pipeline_project.resources.cleaning import CleaningResource
-    from pipeline_project.resources.dedup import DedupIndexResource
-    from pipeline_project.resources.trainer import TrainerResource
+    from pipeline_project.defs.resources import build_resources
+    from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.dedup import DedupIndexResource
+    from pipeline_project.defs.resources.trainer import TrainerResource
+    from pipeline_project.demo.sample.corpus import generate
 
     started = local_stack.up(["dagster"], timeout=300)
     uid = uuid.uuid4().hex[:8]

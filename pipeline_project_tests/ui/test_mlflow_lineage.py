@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline_project.training.mlflow_lineage import CHECKPOINT_ALIAS
+from pipeline_project.training.tracking.lineage import CHECKPOINT_ALIAS
 
 pytestmark = pytest.mark.stack
 

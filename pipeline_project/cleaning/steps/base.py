@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pipeline_project.cleaning.records import Document, Dropped
-from pipeline_project.cleaning.text import split_words
+from pipeline_project.cleaning.steps.text import split_words
 
 
 @dataclass

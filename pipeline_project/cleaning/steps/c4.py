@@ -6,7 +6,7 @@ import re
 
 from pipeline_project.cleaning.config import C4Config
 from pipeline_project.cleaning.steps.base import DocFilter, doc_lang
-from pipeline_project.cleaning.text import CJK_LANGS, TERMINAL_PUNCTUATION, is_word, split_words
+from pipeline_project.cleaning.steps.text import CJK_LANGS, TERMINAL_PUNCTUATION, is_word, split_words
 
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _END_PUNCT = (".", "?", "!", '"', "'")

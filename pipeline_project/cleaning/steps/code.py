@@ -14,7 +14,7 @@ import re
 from collections import Counter
 
 from pipeline_project.cleaning.config import PIIConfig
-from pipeline_project.cleaning.profile_config import CodeFilterConfig, SecretsConfig
+from pipeline_project.cleaning.config.profiles import CodeFilterConfig, SecretsConfig
 from pipeline_project.cleaning.steps.base import DocFilter, prepared
 from pipeline_project.cleaning.steps.pii import mask_pii
 

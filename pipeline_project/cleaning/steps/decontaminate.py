@@ -6,7 +6,7 @@ in the pool's workers); each process builds the benchmark index once per config.
 
 from __future__ import annotations
 
-from pipeline_project.cleaning.decontam_index import DecontaminationConfig, load_index
+from pipeline_project.cleaning.decontam.index import DecontaminationConfig, load_index
 from pipeline_project.cleaning.steps.base import DocFilter
 
 

@@ -11,7 +11,7 @@ from rensa import RMinHash
 from pipeline_project.cleaning.config import MinHashConfig
 from pipeline_project.cleaning.records import Document, Dropped
 from pipeline_project.cleaning.steps.base import RunContext, Step, StepStats, doc_lang, prepared
-from pipeline_project.cleaning.text import CJK_LANGS, normalize_for_exact, simplify
+from pipeline_project.cleaning.steps.text import CJK_LANGS, normalize_for_exact, simplify
 
 
 def exact_key(text: str) -> int:

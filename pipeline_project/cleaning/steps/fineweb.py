@@ -8,7 +8,7 @@ from pipeline_project.cleaning.config import FineWebConfig
 from pipeline_project.cleaning.steps.base import DocFilter, doc_lang, doc_words
 from pipeline_project.cleaning.steps.gopher import dup_count_chars
 from pipeline_project.cleaning.steps.signals import Lazy, Live
-from pipeline_project.cleaning.text import TERMINAL_PUNCTUATION
+from pipeline_project.cleaning.steps.text import TERMINAL_PUNCTUATION
 
 
 class FineWebQuality(DocFilter):

@@ -9,7 +9,7 @@ import numpy as np
 from pipeline_project.cleaning.config import GopherQualityConfig, GopherRepetitionConfig
 from pipeline_project.cleaning.steps.base import DocFilter, doc_lang, doc_words
 from pipeline_project.cleaning.steps.signals import Lazy, Live
-from pipeline_project.cleaning.text import is_word
+from pipeline_project.cleaning.steps.text import is_word
 
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile(r"\n+")

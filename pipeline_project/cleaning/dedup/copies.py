@@ -1,0 +1,95 @@
+"""Duplicate-cluster counts (issue 31 item 4): how many copies of each kept document the dedup has seen.
+
+Every duplicate a batch drops (exact or near, in the batch or against an earlier batch's document) is a copy of
+a kept document, named "<batch>/<doc>" as in its drop reason. A batch records its copies in `dedup_copies` under
+its dedup attempt, inside the pending-attempt protocol of `dedup_store`: the rows cascade away with an attempt
+that is abandoned or judged dead, and with a batch's earlier publication when a re-run is published. So a count
+is the sum over published attempts, and never includes an attempt that did not make it. A document's count
+grows as later batches publish copies of it; the attribute written at cleaning time is the count so far.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Iterable
+
+from pipeline_project.cleaning.output.attributes import duplicate_of
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS dedup_copies (
+    attempt TEXT NOT NULL REFERENCES dedup_attempts (attempt) ON DELETE CASCADE,
+    target TEXT NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('exact', 'near')),
+    n INTEGER NOT NULL,
+    PRIMARY KEY (attempt, target, kind)
+);
+CREATE INDEX IF NOT EXISTS dedup_copies_target ON dedup_copies (target);
+"""
+
+
+_READY: weakref.WeakSet = weakref.WeakSet()  # the indexes whose database holds the table
+
+
+def _ensure(index, cur) -> None:
+    if index not in _READY:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.dedup_schema'))")
+        cur.execute(SCHEMA)
+        _READY.add(index)
+
+
+def record(index, attempt: str, copies: Counter) -> None:
+    """Record the batch's copies {(target, kind): n} under its (pending) attempt; recording again replaces."""
+    from psycopg2.extras import execute_values
+
+    with index.cursor() as cur:
+        _ensure(index, cur)
+        cur.execute("DELETE FROM dedup_copies WHERE attempt = %s", (attempt,))
+        rows = [(attempt, target, kind, n) for (target, kind), n in sorted(copies.items())]
+        execute_values(cur, "INSERT INTO dedup_copies (attempt, target, kind, n) VALUES %s", rows)
+
+
+def counts(index, targets: Iterable[str], attempt: str = "", batch_id: str = "") -> dict[str, tuple[int, int]]:
+    """{target: (exact copies, near copies)} over published attempts; with `attempt`, over that attempt instead
+    of its batch's earlier publication (which it replaces when published)."""
+    targets = list(targets)
+    out = dict.fromkeys(targets, (0, 0))
+    if not targets:
+        return out
+    with index.cursor() as cur:
+        _ensure(index, cur)
+        cur.execute(
+            "SELECT c.target, c.kind, sum(c.n) FROM dedup_copies c JOIN dedup_attempts a ON a.attempt = c.attempt "
+            "WHERE c.target = ANY(%s) AND ((a.state = 'published' AND a.batch_id <> %s) OR a.attempt = %s) "
+            "GROUP BY c.target, c.kind",
+            (targets, batch_id, attempt),
+        )
+        for target, kind, n in cur.fetchall():
+            exact, near = out[target]
+            out[target] = (exact + int(n), near) if kind == "exact" else (exact, near + int(n))
+    return out
+
+
+def batch_copies(
+    batch_id: str, copies: Counter, kept_ids: list[str], late: dict[str, str], index=None, attempt: str = ""
+) -> dict[str, tuple[int, int]]:
+    """The kept documents' copy counts {doc_id: (exact, near)} after the index commit.
+
+    `copies`: {(target, kind): n} of the batch's duplicates; `late`: {doc_id: reason} of kept documents the
+    index then dropped (their copies pass to what they duplicate, and they are copies themselves). With a
+    PostgreSQL index and an attempt, the copies are recorded there and the counts include earlier batches'."""
+    moved: Counter = Counter()
+    for (target, kind), n in copies.items():
+        doc = target[len(batch_id) + 1 :] if target.startswith(batch_id + "/") else None
+        dup = duplicate_of(late[doc]) if doc in late else None
+        moved[(dup[0] if dup else target, kind)] += n
+    for reason in late.values():
+        dup = duplicate_of(reason)
+        if dup:
+            moved[dup] += 1
+    kept = [d for d in kept_ids if d not in late]
+    if index is not None and attempt and hasattr(index, "cursor"):
+        record(index, attempt, moved)
+        found = counts(index, [f"{batch_id}/{d}" for d in kept], attempt, batch_id)
+        return {d: found[f"{batch_id}/{d}"] for d in kept}
+    return {d: (moved[(f"{batch_id}/{d}", "exact")], moved[(f"{batch_id}/{d}", "near")]) for d in kept}

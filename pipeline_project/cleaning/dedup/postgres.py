@@ -1,0 +1,400 @@
+"""The cross-batch dedup index in PostgreSQL: point lookups, and first-writer-wins inserts decided by the database.
+
+The index holds only documents of published batches. Tables (created on first use; `dedup_attempts` shows the
+lifecycle):
+
+    dedup_attempts  one row per try at publishing a batch: (attempt, batch_id, state pending|published)
+    dedup_docs      one row per kept document of an attempt: (id, attempt, batch_id, doc_id, exact_key, signature)
+    dedup_exact     exact content hash -> the document that holds it (PRIMARY KEY: one owner per hash)
+    dedup_bands     MinHash band key   -> the first document seen with it (PRIMARY KEY: one owner per band)
+    dedup_handover  keys a re-run takes over from its batch's earlier publication when it is published
+
+Protocol (`cleaned_shards`): clean with lookups, which see published attempts only -> `reserve_batch` inserts the
+kept documents as a *pending* attempt, first writer wins -> exclusion sink and manifest (which names the attempt)
+-> `publish` marks the attempt published. Why pending rows rather than publishing first: the index decides which
+of two concurrent batches keeps a new document, and that decision must precede the manifest that lists it; a
+manifest written first could not be corrected without a second manifest write (the same window, moved). So a
+crash at any point leaves either nothing visible or a manifest whose attempt can be told to be published:
+
+* the attempt's session holds a PostgreSQL advisory lock (`dedup_attempts.lock_key`) from `reserve_batch` to
+  `publish`; a process that dies loses its session and so the lock. That is the liveness signal, PostgreSQL's own.
+* `begin_batch` resolves every pending attempt whose lock is free: published if the batch's manifest names it
+  (`is_published`, the S3 check the caller passes), otherwise its rows are deleted. A dead attempt never makes a
+  later batch drop a document, and a batch killed after its manifest is in the index before the next lookups.
+* a pending key blocks: a batch whose insert meets a key held by a pending attempt rolls its transaction back,
+  waits on that attempt's lock (bounded by `wait_s`), resolves it if it died, and tries again. So two concurrent
+  batches with the same new document never both keep it (the second waits, then finds it published) and never
+  both drop it (a dead first writer's rows are deleted before the second decides). A key held by a published
+  document of another batch is decided as before: exact -> duplicate, band -> near duplicate by signature
+  estimate. Those are handed back as late drops and their rows removed in the same transaction. Keys are
+  inserted in sorted order, and no transaction that holds inserted rows waits on an attempt, so none deadlock.
+
+Re-running a batch: lookups ignore the batch's own rows, and its earlier publication stays visible until the
+re-run is published; then, in one transaction, the keys both share pass to the re-run (`dedup_handover`) and
+the earlier publication's rows go. What is left open: an attempt whose PostgreSQL session ends while its process
+goes on to write the manifest can be judged dead first; its `publish` then fails (the step fails and its retry
+re-commits), and if it is never re-run, later batches may keep a second copy of its documents; never lose one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+from pipeline_project.cleaning.dedup import attempts
+from pipeline_project.cleaning.dedup import reserve as reserving
+from pipeline_project.cleaning.dedup.attempts import SCHEMA_VERSION, AttemptLostError
+from pipeline_project.cleaning.dedup.local import IndexEntry, LocalIndex
+from pipeline_project.cleaning.dedup.traffic import IndexTraffic, first_line, row_bytes, signed
+from pipeline_project.cleaning.errors import CleaningError
+from pipeline_project.common.pg_timeouts import connect_kwargs
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AttemptLostError", "DedupStoreUnavailableError", "IndexTraffic", "PostgresDedupIndex"]
+
+_LOOKUP_CHUNK = 100_000
+_MAX_ROUNDS = 50  # reserve tries: each waits out or resolves the pending attempts it met
+
+
+class DedupStoreUnavailableError(CleaningError):
+    """The dedup database cannot be reached or answered with an error."""
+
+
+class PostgresDedupIndex:
+    """Same lookups as `LocalIndex` (a band key keeps its first owner), over PostgreSQL (`url`: a libpq string).
+
+    `is_published(batch_id, attempt)`: whether the batch's published manifest names the attempt (the asset checks
+    S3). Without it, a dead attempt reserved for a manifest is left pending (its keys stay blocked), and one that
+    `commit_batch` reserved (no manifest) is deleted. `wait_s`: how long a reserve waits on another live attempt.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        num_perm: int = 112,
+        num_bands: int = 14,
+        connect_timeout_s: int = 10,
+        schema: str = "dedup",
+        is_published: Callable[[str, str], bool] | None = None,
+        wait_s: float = 600.0,
+    ):
+        if not schema.replace("_", "").isalnum():
+            raise CleaningError(f"dedup index schema {schema!r}: letters, digits and _ only")
+        self.url = url
+        self.schema = schema
+        self.num_perm = num_perm
+        self.num_bands = num_bands
+        self.connect_timeout_s = connect_timeout_s
+        self.is_published = is_published
+        self.wait_s = wait_s
+        self.batch_id: str | None = None
+        self._entries: dict[int, tuple[str, str, bytes | None]] = {}
+        self._conn = None
+        self._held: dict[str, int] = {}  # attempts whose lock this session holds -> the session's backend pid
+        self.traffic = IndexTraffic()
+
+    # -- connection -------------------------------------------------------------------------------------------
+    def _connect(self):
+        import psycopg2
+
+        if self._conn is None or self._conn.closed:
+            try:
+                # each index lives in a schema of its own (one per pipeline deployment, or per test)
+                self._conn = psycopg2.connect(
+                    self.url, options=f"-c search_path={self.schema}", **connect_kwargs(self.connect_timeout_s)
+                )
+            except psycopg2.Error as exc:
+                raise DedupStoreUnavailableError(f"dedup index database unreachable: {first_line(exc)}") from None
+            self._ensure_schema()
+        return self._conn
+
+    @contextmanager
+    def cursor(self):
+        """A cursor in one transaction (committed on success, rolled back on error); lost: `DedupStoreUnavailableError`."""
+        import psycopg2
+
+        conn = self._connect()
+        try:
+            with conn, conn.cursor() as cur:
+                yield cur
+        except psycopg2.OperationalError as exc:
+            self.close()
+            raise DedupStoreUnavailableError(f"dedup index database failed: {first_line(exc)}") from None
+
+    def _ensure_schema(self) -> None:
+        with self._conn, self._conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.dedup_schema'))")
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            cur.execute("CREATE TABLE IF NOT EXISTS dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            cur.execute("SELECT value FROM dedup_meta WHERE name = 'schema_version'")
+            row = cur.fetchone()
+            cur.execute(attempts.SCHEMA)
+            if row is not None and row[0] == "1":
+                cur.execute(attempts.MIGRATE_FROM_1)
+            cur.execute(
+                "INSERT INTO dedup_meta (name, value) VALUES ('schema_version', %s), ('num_perm', %s), "
+                "('num_bands', %s) ON CONFLICT (name) DO NOTHING",
+                (str(SCHEMA_VERSION), str(self.num_perm), str(self.num_bands)),
+            )
+            cur.execute("SELECT name, value FROM dedup_meta")
+            meta = dict(cur.fetchall())
+        stored = (int(meta["schema_version"]), int(meta["num_perm"]), int(meta["num_bands"]))
+        if stored != (SCHEMA_VERSION, self.num_perm, self.num_bands):
+            raise CleaningError(
+                f"dedup index schema/shape {stored} differs from this configuration "
+                f"{(SCHEMA_VERSION, self.num_perm, self.num_bands)}: use another database or migrate"
+            )
+
+    def close(self) -> None:
+        """Close the session: the locks of its attempts go with it (a pending one is resolved by the next batch)."""
+        self._held.clear()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- the LocalIndex lookups ------------------------------------------------------------------------------------
+    def begin_batch(self, batch_id: str) -> None:
+        """Resolve dead attempts; lookups from now on ignore the batch's own rows (a re-run must not find itself)."""
+        self.batch_id = batch_id
+        self._entries.clear()
+        self.resolve_dead_attempts()
+
+    def __len__(self) -> int:
+        with self.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM dedup_docs d {attempts.VISIBLE}")
+            return int(cur.fetchone()[0])
+
+    def _lookup(self, table: str, keys: np.ndarray) -> np.ndarray:
+        flat = np.ascontiguousarray(keys, dtype=np.uint64).ravel()
+        out = np.full(flat.shape, -1, dtype=np.int64)
+        if flat.size == 0:
+            return out.reshape(np.shape(keys))
+        found: dict[int, int] = {}
+        started = time.perf_counter()
+        with self.cursor() as cur:
+            keys_signed = signed(flat)
+            for start in range(0, len(keys_signed), _LOOKUP_CHUNK):
+                cur.execute(
+                    f"SELECT t.key, d.id, d.batch_id, d.doc_id, d.signature FROM {table} t "
+                    f"JOIN dedup_docs d ON d.id = t.doc {attempts.VISIBLE} WHERE t.key = ANY(%s) AND d.batch_id <> %s",
+                    (keys_signed[start : start + _LOOKUP_CHUNK], self.batch_id or ""),
+                )
+                for key, doc, batch, doc_id, sig in cur.fetchall():
+                    found[key] = doc
+                    self._entries[doc] = (batch, doc_id, bytes(sig) if sig is not None else None)
+                    self.traffic.rows_read += 1
+                    self.traffic.bytes_read += row_bytes(batch, doc_id, sig)
+        self.traffic.keys_queried += len(keys_signed)
+        self.traffic.lookup_s += time.perf_counter() - started
+        if found:
+            as_signed = flat.view(np.int64)
+            for i, key in enumerate(as_signed.tolist()):
+                doc = found.get(key)
+                if doc is not None:
+                    out[i] = doc
+        return out.reshape(np.shape(keys))
+
+    def lookup_exact(self, keys: np.ndarray) -> np.ndarray:
+        return self._lookup("dedup_exact", keys)
+
+    def lookup_bands(self, band_keys: np.ndarray) -> np.ndarray:
+        """band_keys: (docs, bands) -> (docs, bands) entry numbers or -1."""
+        return self._lookup("dedup_bands", band_keys)
+
+    def entry(self, number: int) -> IndexEntry:
+        batch, doc_id, _ = self._entries[int(number)]
+        return IndexEntry(batch, doc_id)
+
+    def signature(self, number: int) -> np.ndarray:
+        sig = self._entries[int(number)][2]
+        return np.frombuffer(sig, dtype=np.uint32) if sig else np.zeros(self.num_perm, dtype=np.uint32)
+
+    # -- attempts: reserve, publish, abandon ------------------------------------------------------------------
+    def commit_batch(
+        self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float, before_publish=None
+    ) -> dict:
+        """Reserve and publish at once (no manifest); `before_publish(attempt, late)` runs in between (copy counts)."""
+        attempt = f"{batch_id}:{uuid.uuid4().hex[:12]}"
+        late = self.reserve_batch(
+            batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold, by_manifest=False
+        )
+        if before_publish is not None:
+            before_publish(attempt, late)
+        self.publish(attempt)
+        return late
+
+    def reserve_batch(
+        self,
+        batch_id: str,
+        attempt: str,
+        doc_ids: Sequence[str],
+        exact_keys: np.ndarray,
+        band_keys: np.ndarray,
+        signatures: np.ndarray,
+        near_threshold: float,
+        by_manifest: bool = True,
+    ) -> dict[int, str]:
+        """Insert one batch's kept documents as the pending `attempt`; returns {row: reason} for those that a
+        published document of another batch holds (first writer wins). Lookups ignore them until `publish`."""
+        started = time.perf_counter()
+        self._lock(attempt)
+        args = reserving.rows_of(self, doc_ids, exact_keys, band_keys, signatures)
+        for _ in range(_MAX_ROUNDS):
+            try:
+                late = reserving.reserve_once(self, batch_id, attempt, doc_ids, *args, near_threshold, by_manifest)
+                break
+            except reserving.Blocked as blocked:
+                for other in sorted(blocked.pending):
+                    self._await(other)
+        else:
+            raise DedupStoreUnavailableError(f"dedup index: attempt {attempt} kept meeting pending keys; try again")
+        self.traffic.commit_s += time.perf_counter() - started
+        if late:
+            log.info("dedup index: %d documents of %s were published first by another batch", len(late), batch_id)
+        return late
+
+    def confirm(self, attempt: str) -> None:
+        """Raise unless this session still holds the attempt's lock (call it right before the manifest write)."""
+        pid = self._held.get(attempt)
+        with self.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            if pid is None or cur.fetchone()[0] != pid:
+                raise AttemptLostError(f"dedup index: the session of attempt {attempt} ended; not publishing it")
+
+    def publish(self, attempt: str) -> None:
+        """Make the attempt's documents visible to lookups (after its manifest is written)."""
+        with self.cursor() as cur:
+            if not attempts.publish_rows(cur, attempt):
+                raise AttemptLostError(
+                    f"dedup index: attempt {attempt} was judged dead (its PostgreSQL session ended) and its rows "
+                    "deleted; its manifest is written, so re-run the batch to put its documents in the index"
+                )
+        self._unlock(attempt)
+
+    def abandon(self, attempt: str) -> None:
+        """Give up an attempt after a failure: delete its rows, or publish them if its manifest made it out after
+        all (a write whose answer was lost). Best effort: what fails here, the next `begin_batch` resolves."""
+        try:
+            if self.is_published is None:
+                with self.cursor() as cur:
+                    attempts.remove_attempt(cur, attempt)
+            else:
+                self._resolve(attempt, strict=False)
+            self._unlock(attempt)
+        except Exception as exc:  # noqa: BLE001 - the failure being handled matters more than this one
+            log.warning("dedup index: could not abandon attempt %s now (%s); it will be resolved later", attempt, exc)
+
+    def resolve_dead_attempts(self) -> int:
+        """Resolve every pending attempt whose session is gone; returns how many."""
+        with self.cursor() as cur:
+            cur.execute("SELECT attempt FROM dedup_attempts WHERE state = 'pending'")
+            pending = [row[0] for row in cur.fetchall() if row[0] not in self._held]
+        resolved = 0
+        for attempt in pending:
+            with self.cursor() as cur:
+                cur.execute("SELECT pg_try_advisory_lock(%s)", (attempts.lock_key(attempt),))
+                if not cur.fetchone()[0]:
+                    continue  # alive: its own process publishes or abandons it
+            try:
+                resolved += self._resolve(attempt, strict=False)
+            finally:
+                self._release(attempt)
+        return resolved
+
+    # -- attempts: internals ----------------------------------------------------------------------------------
+    def _lock(self, attempt: str) -> None:
+        if attempt in self._held:
+            return
+        with self.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s), pg_backend_pid()", (attempts.lock_key(attempt),))
+            self._held[attempt] = cur.fetchone()[1]
+
+    def _release(self, attempt: str) -> None:
+        with self.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (attempts.lock_key(attempt),))
+
+    def _unlock(self, attempt: str) -> None:
+        if self._held.pop(attempt, None) is not None:
+            self._release(attempt)
+
+    def _await(self, attempt: str) -> None:
+        """Wait until `attempt`'s session is gone or has finished with it, then resolve it if it is still pending."""
+        try:
+            with self.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = %s", (f"{int(self.wait_s * 1000)}ms",))
+                cur.execute("SELECT pg_advisory_lock(%s)", (attempts.lock_key(attempt),))
+        except DedupStoreUnavailableError as exc:
+            raise DedupStoreUnavailableError(
+                f"dedup index: waited {self.wait_s:g}s for attempt {attempt} of another batch ({exc})"
+            ) from None
+        try:
+            self._resolve(attempt, strict=True)
+        finally:
+            self._release(attempt)
+
+    def _resolve(self, attempt: str, strict: bool) -> int:
+        """The caller holds the attempt's lock: publish it if its manifest names it, else delete its rows."""
+        with self.cursor() as cur:
+            cur.execute("SELECT batch_id, state, by_manifest FROM dedup_attempts WHERE attempt = %s", (attempt,))
+            row = cur.fetchone()
+        if row is None or row[1] == "published":
+            return 0
+        batch_id, _, by_manifest = row
+        if by_manifest and self.is_published is None:
+            if strict:
+                raise CleaningError(
+                    f"dedup index: attempt {attempt} of batch {batch_id} is dead and pending; only an index opened "
+                    "with is_published (the batch's manifest) can tell whether it was published"
+                )
+            return 0
+        published = by_manifest and self.is_published(batch_id, attempt)
+        with self.cursor() as cur:
+            if published:
+                attempts.publish_rows(cur, attempt)
+            else:
+                attempts.remove_attempt(cur, attempt)
+        log.info("dedup index: dead attempt %s of %s %s", attempt, batch_id, "published" if published else "removed")
+        return 1
+
+    @property
+    def stats(self) -> dict:
+        with self.cursor() as cur:
+            cur.execute(
+                "SELECT c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relname = 'dedup_docs' AND n.nspname = %s",
+                (self.schema,),
+            )
+            row = cur.fetchone()
+        return {"entries_estimate": max(0, int(row[0])) if row else 0, "backend": "postgres"}
+
+    # -- migration -------------------------------------------------------------------------------------------
+    def import_index(self, index: LocalIndex) -> int:
+        """Copy an earlier version's S3 index file (`LocalIndex.from_bytes`) in, batch by batch; returns the count."""
+        imported = 0
+        batch_of = np.asarray(index.doc_batch)
+        exact_by_entry = np.zeros(len(index), dtype=np.uint64)
+        exact_by_entry[index.exact_entries] = index.exact_keys
+        bands_by_entry = np.zeros((len(index), index.num_bands), dtype=np.uint64)
+        filled = np.zeros(len(index), dtype=np.int64)
+        for key, entry in zip(index.band_keys.tolist(), index.band_entries.tolist()):
+            if filled[entry] < index.num_bands:
+                bands_by_entry[entry, filled[entry]] = key
+                filled[entry] += 1
+        for b, batch_id in enumerate(index.batches):
+            rows = np.flatnonzero(batch_of == b)
+            self.commit_batch(
+                batch_id,
+                [index.doc_ids[i] for i in rows],
+                exact_by_entry[rows],
+                bands_by_entry[rows],
+                index.signatures[rows],
+                near_threshold=2.0,  # an import keeps every document: nothing is similar enough to drop
+            )
+            imported += len(rows)
+        return imported

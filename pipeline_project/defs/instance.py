@@ -1,0 +1,83 @@
+"""Where each batch partition stands: its newest run, and, for a batch that failed for good, the error and objects.
+
+A batch has failed for good when its newest run failed, Dagster will not retry that run (`dagster/will_retry`),
+and `token_blocks` has no materialization of it: the step retries (`NETWORK_RETRY`) and run retries are spent.
+Read from the Dagster instance (run storage and event log); the objects come from the batch's manifest in S3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PARTITION_TAG = "dagster/partition"
+WILL_RETRY_TAG = "dagster/will_retry"
+DONE_ASSET = "token_blocks"  # a batch is through when its blocks are in the topic
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    batch: str
+    status: str  # "done", "failed", "retrying", "running", "queued", "not started", ...
+    run_id: str | None = None
+    step: str = ""  # the step that failed
+    error: str = ""  # the first line of its error
+    objects: tuple[str, ...] = field(default=())  # keys of the manifest (filled for failed batches)
+
+    def as_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+
+def _failure(instance, run_id: str) -> tuple[str, str]:
+    import dagster as dg
+
+    for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE):
+        events = instance.all_logs(run_id, of_type=kind)
+        if events:
+            event = events[-1].dagster_event
+            error = getattr(event.event_specific_data, "error", None)
+            while error is not None and error.cause is not None:  # "Exceeded max_retries" wraps the error itself
+                error = error.cause
+            message = (error.message if error is not None else event.message) or ""
+            return event.step_key or "", (message.strip().splitlines() or [""])[0]
+    return "", ""
+
+
+def _status(instance, batch: str, done: set[str]) -> tuple[str, object]:
+    import dagster as dg
+
+    if batch in done:
+        return "done", None
+    records = instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: batch}), limit=1)
+    if not records:
+        return "not started", None
+    run = records[0].dagster_run
+    if run.status == dg.DagsterRunStatus.FAILURE:
+        return ("retrying" if run.tags.get(WILL_RETRY_TAG) == "true" else "failed"), run
+    return run.status.value.lower().replace("_", " "), run
+
+
+def batch_outcomes(
+    instance, read_manifest=None, *, failed_only: bool = False, limit: int = 500, only: set[str] | None = None
+) -> list[BatchOutcome]:
+    """The newest `limit` batches (or those of them that failed for good; or only the batches `only` names),
+    oldest first. `read_manifest(batch)` gives a failed batch's manifest, for its objects."""
+    import dagster as dg
+
+    from pipeline_project.defs.assets.partitions import batches
+
+    done = instance.get_materialized_partitions(dg.AssetKey(DONE_ASSET))
+    out = []
+    names = instance.get_dynamic_partitions(batches.name)
+    for batch in [b for b in names if b in only] if only is not None else names[-limit:]:
+        status, run = _status(instance, batch, done)
+        if failed_only and status != "failed":
+            continue
+        if run is None:
+            out.append(BatchOutcome(batch, status))
+            continue
+        step, error = _failure(instance, run.run_id) if status in ("failed", "retrying") else ("", "")
+        objects = ()
+        if status == "failed" and read_manifest is not None:
+            objects = tuple(o.key for o in read_manifest(batch).objects)
+        out.append(BatchOutcome(batch, status, run.run_id, step, error, objects))
+    return out

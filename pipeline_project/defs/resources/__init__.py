@@ -1,0 +1,72 @@
+"""One module per external system. `build_resources` wires them from `Settings` (the environment)."""
+
+from __future__ import annotations
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from pipeline_project.defs.resources.cleaning import CleaningResource
+from pipeline_project.defs.resources.dedup import DedupIndexResource
+from pipeline_project.defs.resources.kafka import KafkaResource
+from pipeline_project.defs.resources.launchers import TrainerLaunch
+from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.mlflow import MlflowResource
+from pipeline_project.defs.resources.pushgateway import PushgatewayResource
+from pipeline_project.defs.resources.trainer import TrainerResource
+from pipeline_project.defs.resources.trigger import TrainingTrigger
+from pipeline_project.settings import (
+    AWS_ACCESS_KEY_ENV,
+    AWS_SECRET_KEY_ENV,
+    KAFKA_SASL_PASSWORD_ENV,
+    Settings,
+    secret_is_set,
+)
+
+
+def _secret(name: str, local_default: str | None):
+    """An EnvVar when the variable is set (so the value never lands in run config), else the local default."""
+    return dg.EnvVar(name) if secret_is_set(name) else local_default
+
+
+def build_resources(settings: Settings | None = None) -> dict:
+    s = settings or Settings()
+    return {
+        "s3": S3Resource(
+            endpoint_url=s.s3_endpoint,
+            region_name=s.s3_region,
+            aws_access_key_id=_secret(AWS_ACCESS_KEY_ENV, s.s3_access_key),
+            aws_secret_access_key=_secret(AWS_SECRET_KEY_ENV, s.s3_secret_key),
+        ),
+        "kafka": KafkaResource(
+            bootstrap_servers=s.kafka_bootstrap,
+            security_protocol=s.kafka_security_protocol,
+            sasl_mechanism=s.kafka_sasl_mechanism,
+            sasl_username=s.kafka_sasl_username,
+            sasl_password=_secret(KAFKA_SASL_PASSWORD_ENV, None),
+            ssl_ca_location=s.kafka_ssl_ca_location,
+            ledger_index_url=s.postgres_url,
+        ),
+        "mlflow": MlflowResource(tracking_uri=s.mlflow_tracking_uri),
+        "layout": PipelineLayout(
+            bucket=s.bucket, raw_prefix=s.raw_prefix, topic=s.topic, fim_code_rate=s.fim_code_rate
+        ),
+        "cleaning": CleaningResource(config_path=s.cleaning_config_path),
+        "dedup": DedupIndexResource(postgres_url=s.postgres_url),
+        "trainer": TrainerResource(
+            experiment_name=s.mlflow_experiment,
+            launch=TrainerLaunch.from_json(s.trainer_launch),
+            metrics_port=s.metrics_port,
+        ),
+        "trigger": training_trigger(s),
+        "pushgateway": PushgatewayResource(url=s.pushgateway_url, totals_url=s.postgres_url),
+    }
+
+
+def training_trigger(s: Settings) -> TrainingTrigger:
+    return TrainingTrigger(
+        min_new_tokens=s.min_new_tokens,
+        max_steps=s.trigger_max_steps,
+        retry_base_s=s.trigger_retry_base_s,
+        retry_max_s=s.trigger_retry_max_s,
+        max_runtime_s=s.training_max_runtime_s,
+    )

@@ -1,0 +1,157 @@
+"""Source prefixes with cursors of their own, so a new key is found on the next tick whatever its key order.
+
+The append listing reads keys after one cursor, `start_after`; a key that sorts before it (a second source
+`raw/books/` after `raw/web/...` was taken, a new `raw/demo-<stamp>/` before `raw/p...`) would wait for a scan.
+With `source_depth` = d, the prefixes d levels under the raw prefix (`raw/books/`, `raw/web/` at d = 1) are
+sources: each tick lists each tracked source after its own position, up to `start_after` (the append listing
+reads what sorts after it), so a new key in a source is found on the next tick.
+
+- **discovery**: a `Delimiter="/"` walk of the sources, at most `discover_pages` pages per tick (files above depth
+  d count toward them), its position kept in the cursor. A source that sorts before `start_after` and was never
+  seen starts with no position: it is read from its first key, taking what a scan would take (stamped since the
+  scan's `since` minus the lookback, not taken before), once.
+- **bounded cursor**: at most `max_sources` sources keep a position; the one idle longest is dropped first. Every
+  source seen is remembered in a fixed 8 KiB Bloom filter (`known`), so a dropped source (or the rare false
+  positive) is left to the scan rather than read from its first key again on every tick.
+- **bounded tick**: the sources are read in turn, for at most `source_seconds` per tick; those not reached go
+  first on the next tick. Keys overwritten in place, and keys that sort before a source's position, are the scan's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+import zlib
+from dataclasses import replace
+from datetime import datetime
+
+BLOOM_BITS = 1 << 16
+BLOOM_HASHES = 4
+
+
+class KnownPrefixes:
+    """A Bloom filter of the source prefixes seen: no false negatives, ~0.5% false positives at 5,000 sources."""
+
+    def __init__(self, packed: str | None = None):
+        raw = zlib.decompress(base64.b64decode(packed)) if packed else b""
+        self.bits = bytearray(raw) if len(raw) == BLOOM_BITS // 8 else bytearray(BLOOM_BITS // 8)
+
+    def _slots(self, prefix: str) -> list[int]:
+        digest = hashlib.blake2b(prefix.encode(), digest_size=4 * BLOOM_HASHES).digest()
+        return [int.from_bytes(digest[4 * i : 4 * i + 4], "little") % BLOOM_BITS for i in range(BLOOM_HASHES)]
+
+    def __contains__(self, prefix: str) -> bool:
+        return all(self.bits[s >> 3] >> (s & 7) & 1 for s in self._slots(prefix))
+
+    def add(self, prefix: str) -> None:
+        for s in self._slots(prefix):
+            self.bits[s >> 3] |= 1 << (s & 7)
+
+    def pack(self) -> str:
+        return base64.b64encode(zlib.compress(bytes(self.bits), 9)).decode()
+
+
+def discover(client, bucket: str, prefix: str, depth: int, after: str | None, pages: int):
+    """Source prefixes `depth` levels under `prefix`, in key order after `after`, reading at most `pages` pages.
+    Returns (prefixes, position to go on from; None when the walk reached the end)."""
+    budget, pos, found = [pages], [after], []
+
+    def walk(p: str, d: int, after: str | None) -> bool:
+        token = None
+        while budget[0] > 0:
+            kwargs = {"Bucket": bucket, "Prefix": p, "Delimiter": "/", "MaxKeys": 1000}
+            if token:
+                kwargs["ContinuationToken"] = token
+            elif after and after > p:
+                kwargs["StartAfter"] = after
+            page = client.list_objects_v2(**kwargs)
+            budget[0] -= 1
+            for cp in (c["Prefix"] for c in page.get("CommonPrefixes", [])):
+                if d == 1:
+                    if after is None or cp > after:
+                        found.append(cp)
+                elif (after is None or cp > after or after.startswith(cp)) and not walk(
+                    cp, d - 1, after if after and after.startswith(cp) else None
+                ):
+                    return False
+            last = [x for x in (page.get("Contents") or [{}])[-1:] + (page.get("CommonPrefixes") or [{}])[-1:] if x]
+            pos[0] = max([pos[0] or "", *(x.get("Key") or x.get("Prefix") for x in last)])
+            if not page.get("IsTruncated"):
+                return True
+            token = page["NextContinuationToken"]
+        return False
+
+    complete = walk(prefix, depth, after)
+    return found, None if complete else (pos[0] or None)
+
+
+def _read_source(client, bucket, source, after, cursor, limits, taken, versions, low, fits, listed):
+    """New objects of one source after `after`, up to the append listing's `start_after`."""
+    while True:
+        kwargs = {"Bucket": bucket, "Prefix": source, "MaxKeys": limits.page_keys}
+        if after:
+            kwargs["StartAfter"] = after
+        page = client.list_objects_v2(**kwargs)
+        for item in page.get("Contents", []):
+            if item["Key"] > cursor.start_after:
+                return after, False
+            obj = listed(item)
+            if obj is not None and not (versions and _taken(obj, versions)) and _since(obj, low):
+                if not fits(taken, obj, limits):
+                    return after, True
+                taken.append(obj)
+            after = item["Key"]
+        if not page.get("IsTruncated"):
+            return after, False
+
+
+def _since(obj, low) -> bool:
+    return low is None or datetime.fromisoformat(obj.last_modified) >= low
+
+
+def _taken(obj, versions) -> bool:
+    from pipeline_project.ingest.listing.plan import is_taken
+
+    return is_taken(obj, versions)
+
+
+def source_tick(client, bucket: str, prefix: str, cursor, limits, taken: list, clock=time.monotonic):
+    """Add the new objects of the sources that sort before `start_after` to `taken`; the cursor after it."""
+    from pipeline_project.ingest.listing.plan import fits_batch, listed_object, remember, taken_versions
+
+    if limits.source_depth <= 0 or cursor.since is None or cursor.start_after is None:
+        return taken, cursor
+    t0, now = clock(), int(time.time())
+    known = KnownPrefixes(cursor.known)
+    found, discover_after = discover(
+        client, bucket, prefix, limits.source_depth, cursor.discover_after, limits.discover_pages
+    )
+    tracked = {p: (after, active) for p, after, active in cursor.sources}
+    order = [p for p, _, _ in cursor.sources]
+    for p in found:
+        if p < cursor.start_after and p not in tracked and p not in known:
+            known.add(p)
+            tracked[p] = (None, now)
+            order.insert(0, p)
+    versions, low = taken_versions(cursor.recent), cursor.list_since(limits.lookback_s)
+    before, reached = len(taken), []
+    for p in order:
+        if len(taken) >= limits.max_objects or clock() - t0 >= limits.source_seconds:
+            break
+        n = len(taken)
+        after, full = _read_source(
+            client, bucket, p, tracked[p][0], cursor, limits, taken, versions, low, fits_batch, listed_object
+        )
+        tracked[p] = (after, now if len(taken) > n or tracked[p][0] is None else tracked[p][1])
+        reached.append(p)
+        if full:
+            break
+    order = [p for p in order if p not in set(reached)] + reached
+    if len(order) > limits.max_sources:  # the sources idle longest lose their position (the scan covers them)
+        keep = set(sorted(order, key=lambda p: tracked[p][1], reverse=True)[: limits.max_sources])
+        order = [p for p in order if p in keep]
+    sources = tuple((p, tracked[p][0], tracked[p][1]) for p in order)
+    out = replace(cursor, sources=sources, known=known.pack(), discover_after=discover_after,
+                  recent=remember(cursor.recent, taken[before:]))  # fmt: skip
+    return taken, out

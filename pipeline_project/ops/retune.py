@@ -1,0 +1,199 @@
+"""`pipeline-project retune --config NEW.yaml [--batches B ...] [--write]`: what a new cleaning config would change
+in batches already cleaned, from their attribute files (no raw text read; `cleaning/retune.py`).
+
+The report counts, per domain, documents kept -> dropped and dropped with another reason, and the documents
+that cannot be decided from the stored signals (with why). A decontamination change (a new benchmark) re-checks
+the cleaned text of the documents that reached the step (`cleaning/retune_decontam.py`). It lists the affected
+documents (kept ones the new config drops: batch, document, S3 object and record, reason, benchmark) and, for
+each batch that has some, whether it is already produced to Kafka (the ledger; so this needs Kafka and
+PostgreSQL): a produced batch's blocks are in the topic, so retire its ledger entry and re-clean it, or accept.
+`--write` publishes the retuned batches that are not yet produced and can be written (`cleaning/retune_write.py`),
+lists the ones it refused, with why, and then exits 1 if it refused any.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def load_config(path: Path):
+    """A cleaning config from YAML or JSON overrides (the same overrides `CleaningResource.config_path` takes)."""
+    import yaml
+
+    from pipeline_project.cleaning import CleaningConfig
+
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    return CleaningConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+
+
+def published_batches(client, bucket: str, shards_prefix: str) -> list[str]:
+    paginator = client.get_paginator("list_objects_v2")
+    out = []
+    for page in paginator.paginate(Bucket=bucket, Prefix=shards_prefix, Delimiter="/"):
+        out += [p["Prefix"][len(shards_prefix) : -1] for p in page.get("CommonPrefixes", [])]
+    return sorted(out)
+
+
+def produced_state(settings, topic: str, batches: list[str]) -> dict[str, str]:
+    """{batch: what the ledger holds} for batches with a completion or progress record."""
+    from pipeline_project.settings import KAFKA_SASL_PASSWORD_ENV, secret
+    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.streaming.ledger.index import PostgresLedgerIndex
+    from pipeline_project.streaming.ledger.records import read_ledger_records
+
+    kafka = KafkaSettings.from_settings(settings, sasl_password=secret(KAFKA_SASL_PASSWORD_ENV))
+    index = PostgresLedgerIndex(settings.postgres_url)
+    try:
+        records = read_ledger_records(kafka, topic, keys=batches, index=index)
+    finally:
+        index.close()
+    out = {b: f"completed, {r.blocks} blocks" for b, r in records.completed.items()}
+    for b, r in records.progress.items():
+        out.setdefault(b, f"partly produced, {r.blocks} blocks")
+    return out
+
+
+def retune_batches(
+    client, bucket: str, layout, config, batches: list[str], produced: dict[str, str] | None, forget=None
+) -> list:
+    """Re-decide each batch; with `produced` (the ledger state), also write the ones that may be written (the
+    others get `refused`, why); `forget`: `retune_write.forget_documents` for the dedup index."""
+    from pipeline_project.cleaning.output.publish import read_shard_manifest
+    from pipeline_project.cleaning.retune.decide import Retuner
+    from pipeline_project.cleaning.retune.write import (
+        RetuneRefusedError,
+        check_writable,
+        load_attributes,
+        write_retuned,
+    )
+
+    results, retuners = [], {}
+    for batch in batches:
+        manifest = read_shard_manifest(client, bucket, layout.shard_dir(batch))
+        table, old = load_attributes(client, bucket, manifest)
+        key = (old.model_dump_json(), manifest.config_hash)
+        if key not in retuners:
+            retuners[key] = Retuner(old, config, manifest.config_hash)
+        rows = table.to_pylist()
+        result = retuners[key].run(batch, rows, _text_of(client, bucket, manifest, rows))
+        if produced is not None:
+            try:
+                check_writable(result, produced.get(batch))
+            except RetuneRefusedError as refused:
+                result.refused = str(refused)
+            else:
+                write_retuned(client, bucket, layout.shard_dir(batch), manifest, table, result, config, forget)
+                result.written = True
+        results.append(result)
+    return results
+
+
+def _text_of(client, bucket: str, manifest, rows: list[dict]):
+    from pipeline_project.cleaning.retune.decontam import published_texts
+
+    kept = {r["doc_id"] for r in rows if r["decision"] == "kept"}
+
+    def text_of(ids: list[str]) -> dict[str, str]:
+        return published_texts(
+            client, bucket, manifest, [i for i in ids if i in kept], [i for i in ids if i not in kept]
+        )
+
+    return text_of
+
+
+def report(results: list, produced: dict[str, str] | None = None) -> dict:
+    """The report; `produced`: the ledger state of the batches (those not in it are not produced)."""
+    changes: Counter = Counter()
+    for r in results:
+        changes.update(r.changes())
+    affected = [a for r in results for a in r.affected()]
+    return {
+        "batches": [r.batch_id for r in results],
+        "documents": sum(len(r.rows) for r in results),
+        "undecidable": sum(r.undecidable() for r in results),
+        "notes": sorted({n for r in results for n in r.notes}),
+        "changes": [
+            {"domain": d, "change": c, "detail": detail, "documents": n}
+            for (d, c, detail), n in sorted(changes.items())
+        ],
+        "affected": affected,
+        "affected_batches": {b: (produced or {}).get(b) or "" for b in sorted({a["batch"] for a in affected}, key=str)},
+        "written": [r.batch_id for r in results if r.written],
+        "refused": {r.batch_id: r.refused for r in results if r.refused},
+    }
+
+
+def run_retune(
+    settings, layout, config, batches: list[str] | None, write: bool, dedup_url: str = "", dedup_schema: str = "dedup"
+) -> dict:
+    """The report of `retune` (see the module), on the stack `settings` names and the batches under `layout`;
+    written batches' dropped documents leave the dedup index at `dedup_url` (default: the settings' PostgreSQL)."""
+    from pipeline_project.cleaning.retune.write import forget_documents
+
+    client = settings.s3_client()
+    chosen = batches or published_batches(client, layout.bucket, layout.shards_prefix)
+    produced = produced_state(settings, layout.topic, chosen) if write else None
+    forget = forget_documents(dedup_url or settings.postgres_url, dedup_schema)
+    results = retune_batches(client, layout.bucket, layout, config, chosen, produced, forget)
+    affected = sorted({a["batch"] for r in results for a in r.affected()})
+    if produced is None and affected:
+        produced = produced_state(settings, layout.topic, affected)
+    return report(results, produced)
+
+
+def print_report(out: dict, write: bool, limit: int = 100) -> None:
+    typer.echo(f"{len(out['batches'])} batches, {out['documents']} documents, {out['undecidable']} undecidable")
+    for note in out["notes"]:
+        typer.echo(f"note: {note}")
+    for c in out["changes"]:
+        typer.echo(f"{c['domain'] or '-':8} {c['change']:16} {c['detail']}: {c['documents']}")
+    if out["affected"]:
+        typer.echo(f"affected documents ({len(out['affected'])}): batch, document (S3 object, record), reason")
+    for a in out["affected"][:limit]:
+        typer.echo(f"  {a['batch']}  {a['doc_id']}  ({a['source']}, record {a['record'] or '-'})  {a['reason']}")
+    if len(out["affected"]) > limit:
+        typer.echo(f"  ... {len(out['affected']) - limit} more (--json lists them all)")
+    for batch, state in out["affected_batches"].items():
+        n = sum(1 for a in out["affected"] if a["batch"] == batch)
+        if state:
+            typer.echo(f"batch {batch}: {n} affected, already in the topic ({state}): "
+                       "retire its ledger entry and re-clean, or accept")  # fmt: skip
+        else:
+            typer.echo(f"batch {batch}: {n} affected, not produced yet" + ("" if write else " (--write rewrites it)"))
+    if write:
+        typer.echo(f"written: {', '.join(out['written']) or 'nothing'}")
+        for why in out["refused"].values():
+            typer.echo(f"refused: {why}")
+
+
+def retune(
+    config: Annotated[Path, typer.Option("--config", help="The new cleaning config (YAML or JSON overrides)")],
+    batches: Annotated[list[str] | None, typer.Option("--batches", help="Batches to retune (default: all)")] = None,
+    write: Annotated[bool, typer.Option("--write", help="Publish retuned batches not yet produced to Kafka")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON")] = False,
+    dedup_schema: Annotated[str, typer.Option("--dedup-schema", help="PostgreSQL schema of the dedup index")] = "dedup",
+) -> None:
+    """What NEW.yaml would change in cleaned batches, from their stored quality signals (no raw text read; a
+    decontamination change re-checks the cleaned text). Exits 1 when --write refused a batch."""
+    from pipeline_project.defs.resources.layout import PipelineLayout
+    from pipeline_project.settings import Settings
+
+    try:
+        settings = Settings()
+        layout = PipelineLayout(bucket=settings.bucket, topic=settings.topic)
+        out = run_retune(settings, layout, load_config(config), batches, write, dedup_schema=dedup_schema)
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
+        typer.echo(f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        print_report(out, write)
+    if out["refused"]:
+        raise typer.Exit(1)
