@@ -32,13 +32,15 @@ from stack_bench import cpu_by_process
 
 from pipeline_project.settings import Settings
 from pipeline_project.stack import Stack
+from pipeline_project.stack.discovery import with_local_s3
 from pipeline_project.stack.kafka.cluster import tool_command
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.kafka.format import max_blocks_per_message
 from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project.streaming.ledger.records import ledger_topic
 from pipeline_project.streaming.produce.packing import BlockPacker
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project.streaming.tokenizer import load_tokenizer
 
@@ -146,14 +148,16 @@ def bench_tokenize_and_produce(ks: KafkaSettings, tok, texts: list[str]) -> dict
         with meter:
             r = tokenize_and_produce(
                 ks,
-                topic,
+                ProduceRequest(
+                    topic=topic,
+                    ledger_key="bench",
+                    content_hash=uuid.uuid4().hex,
+                    source="bench",
+                    seq_len=SEQ_LEN,
+                    tokenizer=tok,
+                    config=ProducerConfig(text_batch_docs=BATCH_DOCS),
+                ),
                 iter(texts),
-                tokenizer=tok,
-                seq_len=SEQ_LEN,
-                source="bench",
-                ledger_key="bench",
-                content_hash=uuid.uuid4().hex,
-                config=ProducerConfig(text_batch_docs=BATCH_DOCS),
             )
     finally:
         drop_topics(ks, topic)
@@ -193,13 +197,15 @@ def bench_ours(ks: KafkaSettings, blocks: np.ndarray, per_message: int) -> float
         chunks = (blocks[i : i + per_message] for i in range(0, len(blocks), per_message))
         r = produce_blocks(
             ks,
-            topic,
+            ProduceRequest(
+                topic=topic,
+                ledger_key="bench",
+                content_hash=uuid.uuid4().hex,
+                source="bench",
+                seq_len=SEQ_LEN,
+                tokenizer=_Tok,
+            ),
             chunks,
-            tokenizer=_Tok,
-            seq_len=SEQ_LEN,
-            source="bench",
-            ledger_key="bench",
-            content_hash=uuid.uuid4().hex,
         )
         return r.mb_per_s
     finally:
@@ -247,7 +253,7 @@ def main() -> None:
     ap.add_argument("--text-mb", type=float, default=4)
     args = ap.parse_args()
 
-    settings = Settings()
+    settings = with_local_s3(Settings())
     ks = KafkaSettings.from_settings(settings)
     ks.check_reachable(10)
     load_start = os.getloadavg()[0]

@@ -26,7 +26,7 @@ RESULTS = ROOT / "bench" / "results" / "cleaning_pool.json"
 def main() -> None:
     from pipeline_project.cleaning import CleaningConfig, read_object
     from pipeline_project.cleaning.chain.chain import CleaningPipeline
-    from pipeline_project.cleaning.chain.document import FilterPool
+    from pipeline_project.cleaning.chain.pool import FilterPool
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=4)

@@ -218,7 +218,8 @@ def _scale_child(factor: int, per_file: int):
     from pipeline_project.cleaning import CleaningConfig, Document
     from pipeline_project.cleaning.config import LanguageConfig
     from pipeline_project.cleaning.config.profiles import ProfilesConfig
-    from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+    from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
+    from pipeline_project_harness.standins import WholeBatchPipeline
 
     base = load_docs(per_file)
     docs = []
@@ -273,7 +274,8 @@ def index_cost(docs, batches: int):
         LanguageConfig,
     )
     from pipeline_project.cleaning.config.profiles import ProfilesConfig
-    from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+    from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
+    from pipeline_project_harness.standins import WholeBatchPipeline
 
     cfg = CleaningConfig(
         profiles=ProfilesConfig(enabled=False),

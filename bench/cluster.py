@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline_project.streaming.produce.request import ProduceRequest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
@@ -82,8 +84,13 @@ def produce_topic(cluster, mib: float, seq_len: int) -> tuple[str, int]:
     n_blocks = int(mib * MIB // (seq_len * 4))
     data = np.random.default_rng(0).integers(0, 100_000, size=(n_blocks, seq_len), dtype=np.uint32)
     per_msg = max_blocks_per_message(seq_len)
-    produce_blocks(kafka, topic, (data[i : i + per_msg] for i in range(0, n_blocks, per_msg)), tokenizer=_Identity(),
-                   seq_len=seq_len, source="bench", ledger_key=topic, content_hash=topic)  # fmt: skip
+    produce_blocks(
+        kafka,
+        ProduceRequest(
+            topic=topic, ledger_key=topic, content_hash=topic, source="bench", seq_len=seq_len, tokenizer=_Identity()
+        ),
+        (data[i : i + per_msg] for i in range(0, n_blocks, per_msg)),
+    )
     return topic, n_blocks
 
 

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline_project.streaming.produce.request import ProduceRequest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
@@ -74,7 +76,8 @@ def _produce_synthetic(kafka, tok, seq_len: int, mib: float, partitions: int) ->
     """Random token blocks (ids < vocab; the last block half padding) to a fresh bench topic, as the producer does."""
     from pipeline_project.streaming.kafka.format import PAD_TOKEN, max_blocks_per_message
     from pipeline_project.streaming.kafka.topics import ensure_topic
-    from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+    from pipeline_project.streaming.produce.producer import produce_blocks
+    from pipeline_project.streaming.produce.request import ProducerConfig
 
     topic = f"bench-gpu-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka.make_admin(), topic, partitions=partitions, replication_factor=3, min_insync_replicas=2)
@@ -84,14 +87,16 @@ def _produce_synthetic(kafka, tok, seq_len: int, mib: float, partitions: int) ->
     per_msg = max_blocks_per_message(seq_len)
     report = produce_blocks(
         kafka,
-        topic,
+        ProduceRequest(
+            topic=topic,
+            ledger_key=uuid.uuid4().hex,
+            content_hash="synthetic",
+            source="gpu-bench",
+            seq_len=seq_len,
+            tokenizer=_Tok(tok),
+            config=ProducerConfig(statistics_interval_ms=0),
+        ),
         (blocks[i : i + per_msg] for i in range(0, n_blocks, per_msg)),
-        tokenizer=_Tok(tok),
-        seq_len=seq_len,
-        source="gpu-bench",
-        ledger_key=uuid.uuid4().hex,
-        content_hash="synthetic",
-        config=ProducerConfig(statistics_interval_ms=0),
     )
     log(f"produced {n_blocks} synthetic blocks ({report.bytes / MIB:.1f} MiB) to {topic}")
     return topic
@@ -234,7 +239,7 @@ def cmd_run(args) -> None:
     load_start = os.getloadavg()
     device = torch.device(args.device)
     warmup = min(args.warmup, args.steps - 1)
-    cfg = TrainConfig(preset=ModelPreset(name=args.preset), batch_size=batch_size, seq_len=seq_len,
+    cfg = TrainConfig(preset=ModelPreset(name=args.preset), batch_size=batch_size,
                       max_steps=args.steps, warmup_steps=10, lr=args.lr, device=args.device, log_every=1,
                       checkpoint_every=None)  # fmt: skip
     log(f"recording: {len(rec.records)} messages, {rec.value_bytes() / MIB:.1f} MiB, seq_len {seq_len}")

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from statistics import median
 
+from pipeline_project.defs.resources.layout import TopicConfig
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpus"
 RESULTS = ROOT / "bench" / "results" / "ingest.json"
@@ -132,7 +134,7 @@ def run_one(args: argparse.Namespace) -> dict:
     import dagster as dg
 
     from pipeline_project.defs.assets import cleaned, raw, token_blocks
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.resources import build_resources
     from pipeline_project.defs.resources.cleaning import CleaningResource
     from pipeline_project.defs.resources.dedup import DedupIndexResource
@@ -154,7 +156,7 @@ def run_one(args: argparse.Namespace) -> dict:
         raw_prefix=f"{args.prefix}raw/",
         shards_prefix=f"{args.prefix}shards/",
         exclusions_prefix=f"{args.prefix}exclusions/",
-        topic=args.topic,
+        topic=TopicConfig(name=args.topic),
     )
     res["dedup"] = DedupIndexResource(postgres_url=settings.postgres_url, schema_name=args.schema)
     # workers -1: the whole chain in this process (no pool), the one-process baseline of the scaling run

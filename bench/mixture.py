@@ -38,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline_project.streaming.load.mixture import MixtureConfig, MixtureSampler, RankMixture  # noqa: E402
+from pipeline_project.streaming.produce.request import ProduceRequest  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "mixture.json"
 TARGET = {"en_web": 0.5, "zh_web": 0.3, "code": 0.15, "books": 0.05}
@@ -120,19 +121,31 @@ def _read(cfg, n_blocks: int, state=None):
 
 def stack_part() -> dict:
     from pipeline_project.settings import Settings
+    from pipeline_project.stack.discovery import with_local_s3
     from pipeline_project.streaming.kafka.client import KafkaSettings
     from pipeline_project.streaming.kafka.topics import ensure_topic
     from pipeline_project.streaming.load.loader import LoaderConfig
-    from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+    from pipeline_project.streaming.produce.producer import produce_blocks
+    from pipeline_project.streaming.produce.request import ProducerConfig
 
-    kafka = KafkaSettings.from_settings(Settings())
+    kafka = KafkaSettings.from_settings(with_local_s3(Settings()))
     topic = f"bench-mixture-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka.make_admin(), topic, partitions=8, replication_factor=3, min_insync_replicas=2)
     per_domain = 6000
     t0 = time.perf_counter()
-    report = produce_blocks(kafka, topic, _items(per_domain), tokenizer=_Tok(), seq_len=SEQ_LEN, source="b",
-                            ledger_key="b", content_hash="bench",
-                            config=ProducerConfig(max_message_bytes=5 * SEQ_LEN * 4))  # fmt: skip
+    report = produce_blocks(
+        kafka,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="b",
+            content_hash="bench",
+            source="b",
+            seq_len=SEQ_LEN,
+            tokenizer=_Tok(),
+            config=ProducerConfig(max_message_bytes=5 * SEQ_LEN * 4),
+        ),
+        _items(per_domain),
+    )
     produce_s = time.perf_counter() - t0
     base = dict(kafka=kafka, topic=topic, seq_len=SEQ_LEN, batch_size=8, rank=0, world_size=1, seed=0,
                 expected_tokenizer_hash="bench-hash", idle_timeout_s=20.0)  # fmt: skip

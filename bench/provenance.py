@@ -31,6 +31,7 @@ import bench_results
 from pipeline_project.streaming.kafka.spans import SpanRecorder, decode_spans
 from pipeline_project.streaming.produce.fim import FimApplier, FimPolicy, FimSentinels
 from pipeline_project.streaming.produce.packing import DomainPackers
+from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project.streaming.produce.staging import rechunk, split_item
 from pipeline_project.streaming.tokenizer import load_tokenizer
 from pipeline_project.training.step_log import runs_of
@@ -141,10 +142,11 @@ def trace_time(docs: list[tuple[str, str]], tokenizer, batch: int, steps: int) -
     from pipeline_project.cleaning.records import Document
     from pipeline_project.provenance.trace import read_messages, trace_step
     from pipeline_project.settings import Settings
+    from pipeline_project.stack.discovery import with_local_s3
     from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
     from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 
-    settings, run = Settings(), uuid.uuid4().hex[:8]
+    settings, run = with_local_s3(Settings()), uuid.uuid4().hex[:8]
     s3, bucket, kafka = settings.s3_client(), settings.bucket, KafkaSettings.from_settings(settings)
     batch_id, shards, topic = f"bench-prov-{run}", f"bench-prov-{run}/shards/", f"bench-prov-{run}"
     kept = [Document(id=f"raw/{d}.jsonl#{i + 1}", text=t, source=f"raw/{d}.jsonl", meta={"domain": d})
@@ -153,14 +155,19 @@ def trace_time(docs: list[tuple[str, str]], tokenizer, batch: int, steps: int) -
     for sh in write_shards(kept, 8 << 20):
         key = f"{shards}{batch_id}/{sh.name}"
         s3.put_object(Bucket=bucket, Key=key, Body=sh.data)
-        entries.append(ShardEntry(key, sh.docs, sh.raw_bytes, len(sh.data), ""))
+        entries.append(ShardEntry(key=key, docs=sh.docs, raw_bytes=sh.raw_bytes, bytes=len(sh.data), sha256=""))
     manifest = ShardManifest(batch_id=batch_id, config_version=5, config_hash="bench", input_keys=(),
                              counts={"in": len(kept), "kept": len(kept), "dropped": 0, "quarantined": 0},
                              shards=tuple(entries), exclusions="")  # fmt: skip
     write_manifest(s3, bucket, f"{shards}{batch_id}/", manifest)
     ensure_topic(kafka.make_admin(), topic, partitions=PARTITIONS, replication_factor=3)
-    report = tokenize_and_produce(kafka, topic, iter_shard_documents(s3, bucket, manifest), tokenizer=tokenizer,
-                                  seq_len=SEQ_LEN, source=batch_id, ledger_key=batch_id, content_hash=run)  # fmt: skip
+    report = tokenize_and_produce(
+        kafka,
+        ProduceRequest(
+            topic=topic, ledger_key=batch_id, content_hash=run, source=batch_id, seq_len=SEQ_LEN, tokenizer=tokenizer
+        ),
+        iter_shard_documents(s3, bucket, manifest),
+    )
     wanted = [(p, o) for p, (lo, hi) in sorted(report.offsets.items()) for o in range(lo, hi + 1)]
     messages = read_messages(kafka, topic, wanted)  # one transaction: the offsets of a range are all data
     positions = [(p, o, b) for p, o in wanted for b in range(len(messages[(p, o)].blocks))]

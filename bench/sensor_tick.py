@@ -88,8 +88,8 @@ def main() -> None:
     # lookback 2 s (the default of Limits, not the sensor's 15 min): the bench's cursor claims the filled prefix is
     # taken without listing it into `recent`; the pages a scan reads are the same either way
     append_limits = Limits(max_objects=1000, max_bytes=256 << 20, full_scan_every=0)
-    scan_limits = replace(append_limits, full_scan_every=1, scan_pages=layout.full_scan_pages_per_tick,
-                          scan_seconds=layout.full_scan_seconds_per_tick)  # fmt: skip
+    scan_limits = replace(append_limits, full_scan_every=1, scan_pages=layout.intake.full_scan_pages_per_tick,
+                          scan_seconds=layout.intake.full_scan_seconds_per_tick)  # fmt: skip
     load = [round(x, 2) for x in os.getloadavg()]
     rows, filled = [], 0
     for existing in sorted(args.existing):

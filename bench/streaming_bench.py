@@ -34,12 +34,14 @@ import seed_baseline  # noqa: E402
 from confluent_kafka import TopicPartition  # noqa: E402
 
 from pipeline_project.settings import Settings  # noqa: E402
+from pipeline_project.stack.discovery import with_local_s3  # noqa: E402
 from pipeline_project.streaming.kafka.client import KafkaSettings  # noqa: E402
 from pipeline_project.streaming.kafka.format import max_blocks_per_message  # noqa: E402
 from pipeline_project.streaming.kafka.topics import ensure_topic  # noqa: E402
 from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig  # noqa: E402
 from pipeline_project.streaming.produce.packing import BlockPacker  # noqa: E402
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks  # noqa: E402
+from pipeline_project.streaming.produce.producer import produce_blocks  # noqa: E402
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest  # noqa: E402
 from pipeline_project.streaming.tokenizer import load_tokenizer  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -144,14 +146,16 @@ def bench_produce(kafka, tok, blocks, seq_len, produce_mb, repeats):
         t0 = time.perf_counter()
         report = produce_blocks(
             kafka,
-            topic,
+            ProduceRequest(
+                topic=topic,
+                ledger_key=uuid.uuid4().hex,
+                content_hash="bench",
+                source="bench",
+                seq_len=seq_len,
+                tokenizer=tok,
+                config=ProducerConfig(statistics_interval_ms=0),
+            ),
             chunks,
-            tokenizer=tok,
-            seq_len=seq_len,
-            source="bench",
-            ledger_key=uuid.uuid4().hex,
-            content_hash="bench",
-            config=ProducerConfig(statistics_interval_ms=0),
         )
         ours.append(report.bytes / MIB / (time.perf_counter() - t0))
         topic = new_topic(kafka, "producer-perf")
@@ -394,7 +398,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "streaming.json"))
     args = ap.parse_args()
 
-    settings = Settings()
+    settings = with_local_s3(Settings())
     kafka = KafkaSettings.from_settings(settings)
     assert kafka.check_reachable() == 3, "the benchmarks need the 3-broker local stack"
     tok_info = load_tokenizer()
@@ -416,13 +420,10 @@ def main() -> None:
     data = np.resize(blocks, (n_blocks, args.seq_len))
     produce_blocks(
         kafka,
-        topic,
+        ProduceRequest(
+            topic=topic, ledger_key="bench", content_hash="bench", source="bench", seq_len=args.seq_len, tokenizer=tok
+        ),
         (data[i : i + per_msg] for i in range(0, n_blocks, per_msg)),
-        tokenizer=tok,
-        seq_len=args.seq_len,
-        source="bench",
-        ledger_key="bench",
-        content_hash="bench",
     )
     results["topic"] = {"name": topic, "blocks": n_blocks, "mib": n_blocks * args.seq_len * 4 / MIB}
 

@@ -26,7 +26,6 @@ def measure(preset: str, steps: int, batch: int, seq_len: int, vocab: int) -> di
     cfg = TrainConfig(
         preset=ModelPreset(name=preset),
         batch_size=batch,
-        seq_len=seq_len,
         max_steps=steps,
         warmup_steps=2,
         device="auto",

@@ -7,6 +7,8 @@ from pipeline_project.defs.jobs import INGEST_JOB_TAGS, INGEST_SELECTION, ingest
 from pipeline_project.defs.resources import build_resources
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project.settings import Settings
+from pipeline_project.stack.discovery import with_local_s3
 
 _modules = [raw, cleaned, token_blocks, checkpoint, batch_failures]
 
@@ -25,5 +27,6 @@ defs = dg.Definitions(
     asset_checks=dg.load_asset_checks_from_modules(_modules),
     sensors=[raw_s3_sensor, checkpoint_trigger_sensor, ingest_automation_sensor, batch_failures.failed_batch_sensor],
     jobs=[ingest_batch, train_checkpoint],
-    resources=build_resources(),
+    # the environment's settings; with no S3 endpoint set, the local stack's S3 while it runs (`dagster dev`)
+    resources=build_resources(with_local_s3(Settings())),
 )

@@ -1,10 +1,9 @@
 """Every setting of the pipeline, read from the environment in this one module.
 
-Kafka, MLflow, PostgreSQL and Dagster default to the embedded local stack (`pipeline-project stack up`). So does
-S3 while the stack's S3 server runs (its pid file in the state dir names a live process): with PIPELINE_S3_ENDPOINT
-unset, the clients then use the endpoint and keys the stack wrote into its s3proxy.properties, whatever AWS keys the
-shell holds. With no local S3 running, PIPELINE_S3_ENDPOINT unset means AWS S3 with boto3's default credential chain
-(env keys, IRSA, instance profile, ~/.aws). The local keys only ever go to an endpoint on this machine.
+Kafka, MLflow, PostgreSQL and Dagster default to the embedded local stack (`pipeline-project stack up`).
+PIPELINE_S3_ENDPOINT unset means AWS S3 with boto3's default credential chain (env keys, IRSA, instance profile,
+~/.aws); the command line and the local stack's processes hand in the stack's S3 while it runs
+(`stack.discovery`). The local keys only ever go to an endpoint on this machine.
 Point the pipeline at your own services by exporting the variables below; the README's settings table lists them all.
 Nothing else in the package reads `os.environ` for configuration: components receive a `Settings`
 (or the resource config built from it).
@@ -13,7 +12,6 @@ Nothing else in the package reads `os.environ` for configuration: components rec
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,42 +116,6 @@ def stack_corpus_env(cleaning_config: Path) -> dict[str, str]:
     }
 
 
-def default_stack_state_dir() -> Path:
-    """PIPELINE_STATE_DIR, else `.state/` beside the package (the checkout the stack runs from)."""
-    raw = stack_state_dir()
-    return Path(raw).expanduser().resolve() if raw else Path(__file__).resolve().parents[1] / ".state"
-
-
-@dataclass(frozen=True)
-class LocalS3:
-    endpoint: str
-    access_key: str
-    secret_key: str = field(repr=False)
-
-
-def running_local_s3(state_dir: Path | None = None) -> LocalS3 | None:
-    """The local stack's S3 as the stack wrote it down (`<state>/s3/s3proxy.{pid,properties}`), when that very
-    process still runs; None otherwise (no stack, stopped, or a stale pid file whose pid was reused)."""
-    import psutil
-
-    s3_dir = (state_dir or default_stack_state_dir()) / "s3"
-    try:
-        record = json.loads((s3_dir / "s3proxy.pid").read_text())
-        started = psutil.Process(int(record["pid"])).create_time()
-        props = dict(
-            line.split("=", 1) for line in (s3_dir / "s3proxy.properties").read_text().splitlines() if "=" in line
-        )
-        if abs(started - float(record["create_time"])) > 0.5:
-            return None
-        local = LocalS3(props["s3proxy.endpoint"], props["s3proxy.identity"], props["s3proxy.credential"])
-    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
-        return None
-    return local if is_local_endpoint(local.endpoint) else None
-
-
-_DETECT: Any = object()  # Settings.s3_endpoint's default: the local stack's S3 if it runs, else AWS
-
-
 def _local_kafka_bootstrap() -> str:
     # The stack's own port overrides (PIPELINE_KAFKA_PORTS, PIPELINE_MLFLOW_PORT, ...) also move the client defaults;
     # S3 has no local default (see the module docstring).
@@ -202,10 +164,10 @@ class Settings:
     kafka_sasl_mechanism: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_MECHANISM"))
     kafka_sasl_username: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SASL_USERNAME"))
     kafka_ssl_ca_location: str | None = field(default_factory=lambda: _env_or_none("KAFKA_SSL_CA_LOCATION"))
-    # Unset: the local stack's S3 while it runs (and its keys), else None = AWS S3 itself. The keys otherwise:
-    # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY when set; else, for an endpoint on this machine, the local stack's
-    # keys; else None, so boto3 uses its default credential chain (IRSA, ...).
-    s3_endpoint: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_S3_ENDPOINT") or _DETECT)
+    # Unset: AWS S3 itself (`stack.discovery.with_local_s3` hands in the local stack's S3 while it runs). The
+    # keys: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY when set; else, for an endpoint on this machine, the local
+    # stack's keys; else None, so boto3 uses its default credential chain (IRSA, ...).
+    s3_endpoint: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_S3_ENDPOINT"))
     s3_access_key: str | None = field(default_factory=lambda: _env_or_none(AWS_ACCESS_KEY_ENV), repr=False)
     s3_secret_key: str | None = field(default_factory=lambda: _env_or_none(AWS_SECRET_KEY_ENV), repr=False)
     s3_region: str = field(default_factory=lambda: _env("AWS_REGION", "us-east-1"))
@@ -269,13 +231,6 @@ class Settings:
     )
 
     def __post_init__(self) -> None:
-        if self.s3_endpoint is _DETECT:
-            local = running_local_s3()
-            object.__setattr__(self, "s3_endpoint", local.endpoint if local else None)
-            if local is not None:
-                object.__setattr__(self, "s3_access_key", local.access_key)
-                object.__setattr__(self, "s3_secret_key", local.secret_key)
-                return
         if self.s3_access_key is None and self.s3_secret_key is None and is_local_endpoint(self.s3_endpoint):
             object.__setattr__(self, "s3_access_key", LOCAL_S3_ACCESS_KEY)
             object.__setattr__(self, "s3_secret_key", LOCAL_S3_SECRET_KEY)

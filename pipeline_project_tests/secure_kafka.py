@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from pipeline_project.defs.resources.layout import TopicConfig
 from pipeline_project.settings import Settings
 from pipeline_project.stack import Stack, StackConfig
-from pipeline_project.stack.kafka.security import CLIENT_USER
+from pipeline_project.stack.security import CLIENT_USER
 from pipeline_project.streaming.kafka.client import KafkaSettings
 
 
@@ -67,10 +68,13 @@ def isolated_resources(settings: Settings, uid: str) -> dict:
     from pipeline_project.defs.resources.dedup import DedupIndexResource
     from pipeline_project.defs.resources.layout import PipelineLayout
 
-    layout = PipelineLayout(raw_prefix=f"sx-{uid}/raw/", shards_prefix=f"sx-{uid}/shards/",
-                            exclusions_prefix=f"sx-{uid}/exclusions/", dedup_prefix=f"sx-{uid}/dedup/",
-                            checkpoints_prefix=f"sx-{uid}/checkpoints/", topic=f"sx-{uid}-blocks", seq_len=64,
-                            message_bytes=16 * 1024)  # fmt: skip
+    layout = PipelineLayout(
+        raw_prefix=f"sx-{uid}/raw/",
+        shards_prefix=f"sx-{uid}/shards/",
+        exclusions_prefix=f"sx-{uid}/exclusions/",
+        checkpoints_prefix=f"sx-{uid}/checkpoints/",
+        topic=TopicConfig(name=f"sx-{uid}-blocks", seq_len=64, message_bytes=16 * 1024),
+    )
     return {
         **build_resources(settings),
         "layout": layout,

@@ -20,6 +20,7 @@ import zstandard
 from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object
 from pipeline_project.cleaning.config import ReaderConfig
 from pipeline_project.cleaning.read.readers import REASONS
+from pipeline_project.defs.resources.layout import TopicConfig
 from pipeline_project.demo.bad_input.write import CLASSES, EXPECTED_NAME, KEPT, SCALES, write_bad_input
 
 SCALE = "small"
@@ -94,8 +95,8 @@ def test_full_scale_is_what_the_issue_asks_for_and_small_keeps_each_class_over_i
 
 
 def test_the_generator_refuses_paths_that_leave_its_directory(tmp_path, monkeypatch):
+    from pipeline_project.common.s3 import UnsafeKeyError
     from pipeline_project.demo.bad_input import write as bad_input
-    from pipeline_project.ingest.manifest import UnsafeKeyError
 
     evil = bad_input.BadClass("evil", KEPT, "x", lambda rng, s: [bad_input.BadFile("../escape.txt", [b"x"], 1)])
     monkeypatch.setattr(bad_input, "CLASSES", [evil])
@@ -118,10 +119,7 @@ def graph(tmp_path, expected):
         raw_prefix=f"bad-{uid}/raw/",
         shards_prefix=f"bad-{uid}/shards/",
         exclusions_prefix=f"bad-{uid}/exclusions/",
-        dedup_prefix=f"bad-{uid}/dedup/",
-        topic=f"bad-{uid}-blocks",
-        seq_len=64,
-        message_bytes=16 * 1024,
+        topic=TopicConfig(name=f"bad-{uid}-blocks", seq_len=64, message_bytes=16 * 1024),
     )
     config_path = tmp_path / "cleaning.json"
     config_path.write_text(json.dumps({"reader": expected["reader"]}))

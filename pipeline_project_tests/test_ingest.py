@@ -5,16 +5,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from pipeline_project.cleaning import CleaningConfig, Document, Quarantined
 from pipeline_project.cleaning.config import ReaderConfig
-from pipeline_project.ingest.manifest import (
-    BatchManifest,
-    RawObject,
-    UnsafeKeyError,
-    is_supported,
-    iter_batch_items,
-    key_components,
-    key_to_path,
-    make_batch_id,
-)
+from pipeline_project.cleaning.read.batch import iter_batch_items
+from pipeline_project.cleaning.read.readers import is_supported
+from pipeline_project.common.s3 import UnsafeKeyError, key_components, key_to_path
+from pipeline_project.ingest.manifest import BatchManifest, RawObject, make_batch_id
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -142,3 +142,29 @@ def test_the_trainer_image_holds_the_trainer_extra_only():
     assert "ARG EXTRAS=trainer\n" in (IMAGES / "trainer.Dockerfile").read_text()
     gpu = yaml.safe_load((REPO / "deploy" / "compose" / "compose.gpu.yaml").read_text())
     assert gpu["services"]["user-code"]["build"]["args"] == {"EXTRAS": "trainer,stack"}
+
+
+def test_the_wheel_holds_the_package_alone(tmp_path):
+    """Built from a copy of the checkout (the suite and the harness beside the package, as here): the wheel's
+    top-level packages are `pipeline_project` only, and its console scripts point into it."""
+    import shutil
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for package in ("pipeline_project", "pipeline_project_tests", "pipeline_project_harness"):
+        shutil.copytree(REPO / package, src / package, ignore=ignore)
+    build = "from setuptools import build_meta; print(build_meta.build_wheel('dist'))"
+    done = subprocess.run([sys.executable, "-c", build], cwd=src, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    wheel = src / "dist" / done.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"pipeline_project"}, sorted(tops)
+    assert "pipeline_project/cleaning/steps/gopher.py" in names and "pipeline_project/py.typed" in names
+    assert "pipeline_project.cli.app:app" in entry_points and "pipeline_project.training.entrypoint:main" in entry_points

@@ -1,4 +1,4 @@
-"""libpq's timeouts are declared once (`pg_timeouts.py`) and reach every PostgreSQL client: the URL-only clients
+"""libpq's timeouts are declared once (`common/postgres.py`) and reach every PostgreSQL client: the URL-only clients
 (Dagster's storage) through `with_timeouts`, the Kubernetes instance config through its `params`. Behaviour under a
 real partition: `cluster/test_pg_faults.py`."""
 
@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
-from pipeline_project.common.pg_timeouts import connect_kwargs, with_timeouts
+from pipeline_project.common.postgres import connect_kwargs, with_timeouts
 from pipeline_project.stack.config import REPO_ROOT
 
 

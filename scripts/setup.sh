@@ -33,12 +33,15 @@ uv_pin=$(grep -m1 '^uv==' requirements.lock)
 [ -x .venv/bin/uv ] && [ "$(.venv/bin/uv --version | cut -d' ' -f2)" = "${uv_pin#uv==}" ] ||
   .venv/bin/python -m pip install --quiet --progress-bar off "$uv_pin"
 .venv/bin/uv pip install --quiet --python .venv/bin/python -c requirements.lock -e ".[all]"
+# The wheel holds pipeline_project alone; the suite and the fault harness are imported from this checkout
+purelib=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD" >"$purelib/pipeline_project_checkout.pth"
 # Bytecode for every installed module: uv writes none, and where PYTHONDONTWRITEBYTECODE is set (CI) Python would
 # compile torch, Dagster and MLflow from source in every process it starts (~10 s each on 2 cores). Once per lock.
 stamp=.venv/.bytecode-$(sha256sum requirements.lock | cut -c1-16)
 if [ ! -e "$stamp" ]; then
   echo "==> compiling the installed packages' bytecode"
-  .venv/bin/python -m compileall -q -j 0 "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+  .venv/bin/python -m compileall -q -j 0 "$purelib" \
     >/dev/null 2>&1 || true  # a few vendored files are not Python 3 (tests of other tools): not ours to fix
   rm -f .venv/.bytecode-* && touch "$stamp"
 fi

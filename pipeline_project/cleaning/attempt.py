@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_project.cleaning.chain.document import FilterPool
+from pipeline_project.cleaning.chain.pool import FilterPool
 from pipeline_project.cleaning.config import CleaningConfig
+from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.output import publish
 from pipeline_project.cleaning.output.writer import BatchWriter
 from pipeline_project.cleaning.stream import ExclusionRecords, StreamingCleaner, StreamResult
@@ -54,7 +55,10 @@ class BatchAttempt:
             config_hash=self.config.config_hash(),
             input_keys=tuple(o.key for o in self.manifest.objects),
             counts={k: int(out.counts[k]) for k in ("in", "kept", "dropped", "quarantined")},
-            shards=tuple(publish.ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
+            shards=tuple(
+                publish.ShardEntry(key=s.key, docs=s.docs, raw_bytes=s.raw_bytes, bytes=s.bytes, sha256=s.sha256)
+                for s in shards
+            ),
             exclusions=writer.exclusions_key,
             dedup_attempt=attempt,
             attributes=writer.attributes_key if writer.attributes_sha256 else "",
@@ -75,7 +79,7 @@ class AttemptOutcome:
 
 def clean_attempt(
     run: BatchAttempt,
-    index: Any,
+    index: DedupIndex | None,
     items: Iterable,
     records: ExclusionRecords,
     before_publish: Callable[[publish.ShardManifest], None],
@@ -91,9 +95,16 @@ def clean_attempt(
         index.close()
         raise
     try:
-        published = cleaner.publish(out, index, writer, records, run.attempt, lambda: publish.write_manifest(
-            run.client, run.bucket, run.shard_dir, run.shard_manifest(out, writer, run.attempt)
-        ))  # fmt: skip
+        published = cleaner.publish(
+            out,
+            index,
+            writer,
+            records,
+            run.attempt,
+            lambda: publish.write_manifest(
+                run.client, run.bucket, run.shard_dir, run.shard_manifest(out, writer, run.attempt)
+            ),
+        )
     finally:
         traffic = getattr(index, "traffic", None)
         index.close()
@@ -101,7 +112,7 @@ def clean_attempt(
 
 
 def _clean(
-    run: BatchAttempt, index: Any, items: Iterable, writer: BatchWriter, records: ExclusionRecords
+    run: BatchAttempt, index: DedupIndex | None, items: Iterable, writer: BatchWriter, records: ExclusionRecords
 ) -> tuple[StreamingCleaner, StreamResult]:
     with FilterPool(run.config, run.workers) if run.workers > 1 else contextlib.nullcontext() as pool:
         cleaner = StreamingCleaner(run.config, pool, run.chunk_docs, run.chunk_bytes)

@@ -23,17 +23,20 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from pipeline_project.cleaning.chain.chain import CleaningPipeline, CleaningResult, Started, removal_tables
+from pipeline_project.cleaning.chain.pool import FilterPool
 from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.dedup.copies import batch_copies
+from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.dedup.local import ChainedIndex, LocalIndex
 from pipeline_project.cleaning.errors import CountsMismatchError
 from pipeline_project.cleaning.output import attributes
 from pipeline_project.cleaning.output.attributes import DUP_STEPS, duplicate_of
+from pipeline_project.cleaning.output.writer import BatchWriter
 from pipeline_project.cleaning.records import DocState, Document, Dropped, Quarantined
 from pipeline_project.cleaning.steps import StepStats
 from pipeline_project.cleaning.steps.dedup import signature_threshold
@@ -100,7 +103,7 @@ class StreamingCleaner:
     def __init__(
         self,
         config: CleaningConfig,
-        pool: Any = None,
+        pool: FilterPool | None = None,
         chunk_docs: int = 5000,
         chunk_bytes: int = 64 * 1024 * 1024,
     ):
@@ -117,8 +120,8 @@ class StreamingCleaner:
         self,
         items: Iterable[Document | Quarantined],
         batch_id: str,
-        index: Any,
-        writer: Any,
+        index: DedupIndex | None,
+        writer: BatchWriter,
         exclusion_records: ExclusionRecords,
     ) -> StreamResult:
         cfg = self.config.dedup.minhash
@@ -143,7 +146,7 @@ class StreamingCleaner:
         out: StreamResult,
         chained: ChainedIndex,
         local: LocalIndex,
-        writer: Any,
+        writer: BatchWriter,
         exclusion_records: ExclusionRecords,
     ) -> None:
         result = self.pipeline.finish(started, chained)
@@ -178,8 +181,8 @@ class StreamingCleaner:
     def publish(
         self,
         out: StreamResult,
-        index: Any,
-        writer: Any,
+        index: DedupIndex | None,
+        writer: BatchWriter,
         exclusion_records: ExclusionRecords,
         attempt: str,
         write_manifest: Callable[[], T],
@@ -204,7 +207,7 @@ class StreamingCleaner:
             index.publish(attempt)
         return published
 
-    def _write_index(self, out: StreamResult, index: Any, attempt: str | None) -> tuple[dict, dict, dict]:
+    def _write_index(self, out: StreamResult, index: DedupIndex, attempt: str | None) -> tuple[dict, dict, dict]:
         """Reserve the batch as `attempt` (or commit it at once) and record its copies before it is published:
         returns the late drops {row: reason}, {doc_id: reason} and the kept documents' copy counts."""
         cfg = self.config.dedup.minhash
@@ -234,8 +237,8 @@ class StreamingCleaner:
     def commit(
         self,
         out: StreamResult,
-        index: Any,
-        writer: Any,
+        index: DedupIndex | None,
+        writer: BatchWriter,
         exclusion_records: ExclusionRecords,
         attempt: str | None = None,
     ) -> bool:

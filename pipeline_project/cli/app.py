@@ -1,22 +1,25 @@
-"""`pipeline-project` command line. `stack` manages the embedded local services."""
+"""The `pipeline-project` command line: typer only. Each command calls `ops/`, `stack/`, `cluster/` or `demo/` and
+prints what they return; errors are one line (`errors.fail`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib.metadata import version as installed_version
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from pipeline_project.cli.batches import batches_app
+from pipeline_project.cli.checkpoint import checkpoint_app
 from pipeline_project.cli.cluster import cluster_app
-from pipeline_project.cli.journey import VersionOpt, checkpoint_app, status
+from pipeline_project.cli.demo import bad_input, demo
 from pipeline_project.cli.ledger import ledger_app
-from pipeline_project.cli.stack import StateDir, console, fail, make_stack, print_status, stack_app
+from pipeline_project.cli.retune import retune
+from pipeline_project.cli.services import dedup_import, doctor
+from pipeline_project.cli.stack import stack_app
+from pipeline_project.cli.status import status
 from pipeline_project.cli.trace import trace_app
-from pipeline_project.ops.retune import retune
-from pipeline_project.stack import StackError
-from pipeline_project.stack.config import DEFAULT_SERVICES
+
+DIST_NAME = "pipeline_project"
 
 app = typer.Typer(
     help="Dagster ML data platform: raw text -> cleaned shards -> Kafka token blocks -> DeepSeek checkpoint.",
@@ -28,132 +31,29 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(batches_app, name="batches")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(trace_app, name="trace")
-app.command("retune")(retune)
 app.add_typer(checkpoint_app, name="checkpoint")
 app.command("status")(status)
+app.command("retune")(retune)
+app.command("demo")(demo)
+app.command("bad-input")(bad_input)
+app.command("doctor")(doctor)
+app.command("dedup-import")(dedup_import)
+
+
+def show_version(value: bool) -> None:
+    """`--version`: the installed package's version (its metadata), then exit."""
+    if value:
+        typer.echo(f"pipeline-project {installed_version(DIST_NAME)}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _main(version: VersionOpt = False) -> None:
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit")
+    ] = False,
+) -> None:
     pass
-
-
-@app.command()
-def demo(
-    source: Annotated[
-        Path | None, typer.Option("--source", help="Upload your own files from DIR instead of the generated sample")
-    ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for each phase")] = 1800.0,
-    train_steps: Annotated[int, typer.Option(help="Cap on training steps (0 = train on everything new)")] = 40,
-    seed: Annotated[
-        int | None,
-        typer.Option(help="Seed of the generated sample (default: from the clock, so each demo adds new text)"),
-    ] = None,
-    state_dir: StateDir = None,
-) -> None:
-    """The main job: stack up (Dagster included), upload a corpus to S3, let the sensor ingest it, train, summarize."""
-    from pipeline_project.demo.runner import run_demo
-
-    if source is not None and not source.is_dir():
-        raise fail(StackError(f"--source {source} is not a directory"))
-    try:
-        stack = make_stack(state_dir)
-        with console.status("starting the stack (Kafka x3, S3, MLflow, Dagster)...") as spinner:
-
-            def progress(msg: str) -> None:
-                console.log(msg)
-                spinner.update(msg)
-
-            stack.up([*DEFAULT_SERVICES, "dagster"], timeout=300, progress=progress)
-        print_status(stack.status([*DEFAULT_SERVICES, "dagster"]))
-        run_demo(source, timeout, stack, train_steps=train_steps, seed=seed)
-    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        raise fail(err) from None
-
-
-@app.command("bad-input")
-def bad_input(
-    directory: Annotated[Path, typer.Argument(help="Empty (or new) directory to write the files and expected.json to")],
-    scale: Annotated[
-        str,
-        typer.Option(help="small: every class, caps scaled down (seconds); full: 200 MB line, 1M docs, 8 GiB bombs"),
-    ] = "small",
-    seed: Annotated[int, typer.Option(help="Seed of the generated content")] = 0,
-) -> None:
-    """Write malformed input in every class the readers quarantine or repair, with expected.json; then run
-    `./scripts/demo.sh --source DIR` (full scale) and compare its "documents in" with expected records."""
-    from rich.progress import Progress
-
-    from pipeline_project.demo.bad_input.write import SCALES, write_bad_input
-
-    if scale not in SCALES:
-        raise fail(StackError(f"--scale {scale!r}: choose one of {', '.join(SCALES)}"))
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise fail(StackError(f"{directory} exists and is not an empty directory"))
-    written = {"bytes": 0}
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task(f"writing {scale}-scale bad input", total=None)
-
-        def progress(cls, f, size):
-            written["bytes"] += size
-            bar.update(task, advance=1, description=f"{cls.name}: {f.path}")
-
-        try:
-            expected = write_bad_input(directory, scale=scale, seed=seed, progress=progress)
-        except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-            raise fail(err) from None
-    table = Table(title=f"bad input ({scale}) in {directory}")
-    table.add_column("class", no_wrap=True)
-    table.add_column("outcome at the readers", no_wrap=True)
-    table.add_column("files", justify="right")
-    files_per_class: dict[str, int] = {}
-    for entry in expected["files"].values():
-        files_per_class[entry["class"]] = files_per_class.get(entry["class"], 0) + 1
-    for name, cls in expected["classes"].items():
-        table.add_row(name, cls["outcome"], str(files_per_class.get(name, 0)))
-    console.print(table)
-    totals = expected["totals"]
-    console.print(
-        f"{totals['objects']} objects, {written['bytes'] / 1e6:,.1f} MB; the readers must yield {totals['records']:,} "
-        f"records: {totals['kept']:,} documents, {sum(totals['quarantined'].values()):,} quarantined"
-        + ("" if scale == "full" else f" (read with reader overrides {expected['reader']})")
-    )
-
-
-@app.command()
-def doctor(
-    only: Annotated[
-        str | None, typer.Option("--only", help="Comma-separated subset of kafka,s3,mlflow,dagster,postgres")
-    ] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds each service may take to answer")] = 5.0,
-) -> None:
-    """Check Kafka, S3, MLflow, Dagster and PostgreSQL: one line per check with a fix hint; exit 1 if any fails."""
-    from pipeline_project.ops.doctor import main as doctor_main
-    from pipeline_project.settings import Settings
-
-    raise typer.Exit(doctor_main(Settings(), only, timeout, echo=typer.echo))
-
-
-@app.command("dedup-import")
-def dedup_import(
-    key: Annotated[str, typer.Option("--key", help="The S3 index file of earlier versions")] = "dedup/index.bin",
-    schema: Annotated[str, typer.Option("--schema", help="PostgreSQL schema of the dedup index")] = "dedup",
-) -> None:
-    """Migrate the S3 dedup index file (`s3://$PIPELINE_S3_BUCKET/dedup/index.bin`) into the PostgreSQL index."""
-    from pipeline_project.cleaning.dedup.local import LocalIndex
-    from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
-    from pipeline_project.settings import Settings
-
-    try:
-        settings = Settings()
-        data = settings.s3_client().get_object(Bucket=settings.bucket, Key=key)["Body"].read()
-        old = LocalIndex.from_bytes(data)
-        index = PostgresDedupIndex(settings.postgres_url, num_perm=old.num_perm, num_bands=old.num_bands, schema=schema)
-        imported = index.import_index(old)
-        index.close()
-    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        raise fail(err) from None
-    console.print(f"imported {imported:,} documents of {len(old.batches)} batches into schema {schema!r}")
 
 
 if __name__ == "__main__":

@@ -1,30 +1,25 @@
 """`pipeline-project batches [--failed]`: each batch partition with its newest run; the failed ones with their
-error and objects (`batch_outcomes`)."""
+error and objects (`ops.batches`)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from pipeline_project.cli import context
+from pipeline_project.cli.errors import fail
 
 batches_app = typer.Typer(
     help="Batch partitions and their runs; --failed: the batches that failed for good, with error and objects.",
     pretty_exceptions_enable=False,
 )
 
-
-def dagster_instance(home: Path | None):
-    """The Dagster instance at `home`, else $DAGSTER_HOME's, else the local stack's (also `status`'s)."""
-    import dagster as dg
-
-    if home is None and not os.environ.get("DAGSTER_HOME"):
-        from pipeline_project.stack import Stack
-
-        home = Stack().services["dagster"].home
-    return dg.DagsterInstance.from_config(str(home)) if home else dg.DagsterInstance.get()
+DagsterHomeOpt = Annotated[
+    Path | None, typer.Option("--dagster-home", help="Dagster instance [env DAGSTER_HOME, else the stack's]")
+]
 
 
 @batches_app.callback(invoke_without_command=True)
@@ -32,24 +27,16 @@ def batches(
     failed: Annotated[bool, typer.Option("--failed", help="Only batches that failed for good, with objects")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line")] = False,
     limit: Annotated[int, typer.Option("--limit", help="The newest N batches")] = 500,
-    dagster_home: Annotated[
-        Path | None, typer.Option("--dagster-home", help="Dagster instance [env DAGSTER_HOME, else the stack's]")
-    ] = None,
+    dagster_home: DagsterHomeOpt = None,
 ) -> None:
-    from pipeline_project.defs.instance import batch_outcomes
-    from pipeline_project.ingest.manifest import read_manifest
-    from pipeline_project.settings import Settings
+    from pipeline_project.ops.batches import batch_rows
 
     try:
-        settings = Settings()
-        s3 = settings.s3_client()
-        with dagster_instance(dagster_home) as instance:
-            rows = batch_outcomes(
-                instance, lambda b: read_manifest(s3, settings.bucket, b), failed_only=failed, limit=limit
-            )
+        settings = context.settings()
+        with context.dagster_instance(dagster_home) as instance:
+            rows = batch_rows(settings, instance, failed_only=failed, limit=limit)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        typer.echo(f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", err=True)
-        raise typer.Exit(1) from None
+        raise fail(err) from None
     for row in rows:
         if as_json:
             typer.echo(json.dumps(row.as_dict()))

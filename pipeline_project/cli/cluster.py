@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline_project.cli.stack import fail
+from pipeline_project.cli.errors import fail
 from pipeline_project.cluster.cluster import Cluster
 from pipeline_project.cluster.topology import ClusterSpec
 from pipeline_project.stack.errors import StackError
@@ -96,8 +96,10 @@ def status(
             table.add_column(column, no_wrap=column != "detail", overflow="fold")
         for h in hosts:
             link = {"up": "[green]up[/green]", "cut": "[yellow]cut[/yellow]"}.get(h.link, f"[red]{h.link}[/red]")
-            rows = [(s.name, "[green]healthy[/green]" if s.healthy else "[red]down[/red]", s.url, s.detail)
-                    for s in h.services] or [("-", "", "", "")]  # fmt: skip
+            rows = [
+                (s.name, "[green]healthy[/green]" if s.healthy else "[red]down[/red]", s.url, s.detail)
+                for s in h.services
+            ] or [("-", "", "", "")]
             for i, row in enumerate(rows):
                 first = (h.name, h.address, link, str(h.processes)) if i == 0 else ("", "", "", "")
                 table.add_row(*first, *row)

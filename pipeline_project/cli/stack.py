@@ -14,11 +14,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
+from pipeline_project.cli.errors import fail
 from pipeline_project.stack import SERVICES, Stack, StackConfig, StackError, parse_services, tool_command
 from pipeline_project.stack.config import DEFAULT_SERVICES, default_state_dir
-from pipeline_project.stack.kafka.security import CLIENT_USER
+from pipeline_project.stack.security import CLIENT_USER
 
 stack_app = typer.Typer(
     help="The embedded local stack: 3-broker Kafka (KRaft), s3proxy, MLflow, Dagster.",
@@ -46,19 +46,11 @@ CLIENT_CONFIG_OPTION = {
 
 # Piped output (CI logs) gets a wide table instead of rich's 80-column fallback.
 console = Console() if sys.stdout.isatty() else Console(width=160)
-err_console = Console(stderr=True)
 
 StateDir = Annotated[
     Path | None, typer.Option("--state-dir", help="State directory [env PIPELINE_STATE_DIR, default <repo>/.state]")
 ]
 ServicesOpt = Annotated[str | None, typer.Option("--services", help=f"Comma-separated subset of {','.join(SERVICES)}")]
-
-
-def fail(err: Exception) -> typer.Exit:
-    message = str(err) if isinstance(err, StackError) else f"{type(err).__name__}: {err}"
-    lines = message.strip().splitlines() or [type(err).__name__]
-    err_console.print(Text.assemble(("error: ", "red"), lines[0]), highlight=False, soft_wrap=True)
-    return typer.Exit(1)
 
 
 def make_stack(state_dir: Path | None, **ports) -> Stack:

@@ -5,7 +5,7 @@
 
 Prints JSON: every block (partition, offset, block index, batch, domain), its token spans, and for each span the
 document: the raw S3 object and line, the batch, the shard and position, the cleaning decisions, and whether FIM
-rearranged it (`streaming.provenance`).
+rearranged it (`provenance.trace`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ import json
 from typing import Annotated
 
 import typer
+
+from pipeline_project.cli import context
+from pipeline_project.cli.errors import fail
 
 trace_app = typer.Typer(
     help="Trace a training step or a Kafka message back to its documents and raw S3 objects.",
@@ -24,22 +27,8 @@ trace_app = typer.Typer(
 ShardsOpt = Annotated[str, typer.Option("--shards-prefix", help="Prefix of the published shards")]
 
 
-def _clients():
-    from pipeline_project.settings import KAFKA_SASL_PASSWORD_ENV, Settings, secret
-    from pipeline_project.streaming.kafka.client import KafkaSettings
-
-    settings = Settings()
-    kafka = KafkaSettings.from_settings(settings, sasl_password=secret(KAFKA_SASL_PASSWORD_ENV))
-    return settings, kafka, settings.s3_client()
-
-
 def _print(result: dict) -> None:
     typer.echo(json.dumps(result, indent=2, sort_keys=True, default=str))
-
-
-def _fail(err: Exception) -> typer.Exit:
-    typer.echo(f"error: {err}", err=True)
-    return typer.Exit(1)
 
 
 @trace_app.command("step")
@@ -55,16 +44,14 @@ def step(
     shards_prefix: ShardsOpt = "shards/",
 ) -> None:
     """The blocks `rank` trained at `step`, and the documents in them."""
-    from pipeline_project.provenance.trace import trace_step
+    from pipeline_project.ops import trace
 
-    if (lineage is None) == (checkpoint is None):
-        raise _fail(ValueError("give one of --lineage or --checkpoint"))
     try:
-        settings, kafka, s3 = _clients()
-        result = trace_step(kafka, s3, settings.bucket, step, rank, checkpoint_prefix=lineage, checkpoint=checkpoint,
-                            shards_prefix=shards_prefix)  # fmt: skip
+        result = trace.step(
+            context.settings(), step, rank, lineage=lineage, checkpoint=checkpoint, shards_prefix=shards_prefix
+        )
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        raise _fail(err) from None
+        raise fail(err) from None
     _print(result)
 
 
@@ -76,12 +63,10 @@ def message(
     shards_prefix: ShardsOpt = "shards/",
 ) -> None:
     """Every block of one message, and the documents in them."""
-    from pipeline_project.provenance.trace import trace_message
+    from pipeline_project.ops import trace
 
     try:
-        settings, kafka, s3 = _clients()
-        result = trace_message(kafka, s3, settings.bucket, topic or settings.topic, partition, offset,
-                               shards_prefix=shards_prefix)  # fmt: skip
+        result = trace.message(context.settings(), partition, offset, topic=topic, shards_prefix=shards_prefix)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        raise _fail(err) from None
+        raise fail(err) from None
     _print(result)

@@ -57,8 +57,21 @@ def link_is_up(name: str) -> bool | None:
 
 def wrap(host: Host, cmd: Sequence[str]) -> tuple[str, ...]:
     """argv that runs `cmd` on `host`: inside its namespace, with its own hostname and /tmp."""
-    return ("ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c", ON_HOST, "sh", host.name, str(host.tmp),
-            *cmd)  # fmt: skip
+    return (
+        "ip",
+        "netns",
+        "exec",
+        host.netns,
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        ON_HOST,
+        "sh",
+        host.name,
+        str(host.tmp),
+        *cmd,
+    )
 
 
 def check_subnet_free(spec: ClusterSpec) -> None:

@@ -7,7 +7,10 @@ Read from the Dagster instance (run storage and event log); the objects come fro
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 PARTITION_TAG = "dagster/partition"
 WILL_RETRY_TAG = "dagster/will_retry"
@@ -63,7 +66,7 @@ def batch_outcomes(
     oldest first. `read_manifest(batch)` gives a failed batch's manifest, for its objects."""
     import dagster as dg
 
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
 
     done = instance.get_materialized_partitions(dg.AssetKey(DONE_ASSET))
     out = []
@@ -81,3 +84,10 @@ def batch_outcomes(
             objects = tuple(o.key for o in read_manifest(batch).objects)
         out.append(BatchOutcome(batch, status, run.run_id, step, error, objects))
     return out
+
+
+def open_instance(home: Path | None) -> AbstractContextManager[Any]:
+    """The Dagster instance at `home` (a DAGSTER_HOME folder), else $DAGSTER_HOME's; use it in a `with`."""
+    import dagster as dg
+
+    return dg.DagsterInstance.from_config(str(home)) if home else dg.DagsterInstance.get()

@@ -10,9 +10,9 @@ import dagster as dg
 
 from pipeline_project.defs.assets.checkpoint import deepseek_checkpoint
 from pipeline_project.defs.assets.cleaned import cleaned_shards
-from pipeline_project.defs.assets.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.assets.token_blocks import token_blocks
+from pipeline_project.defs.partitions import INGEST_RUN_TAGS, TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project.settings import Settings
 
 INGEST_SELECTION = [raw_text, cleaned_shards, token_blocks]

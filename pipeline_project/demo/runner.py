@@ -26,7 +26,7 @@ SENSOR_NAME_TAG = "dagster/sensor_name"
 def files_from_dir(source: Path, prefix: str) -> list[SampleFile]:
     """Every file under `source`, keyed `prefix` + its relative path. A file reached through a symlink that
     leads out of `source`, or whose relative path is not a safe key (`ingest.key_components`), is refused."""
-    from pipeline_project.ingest.manifest import UnsafeKeyError, key_components
+    from pipeline_project.common.s3 import UnsafeKeyError, key_components
 
     root = source.resolve()
     files = [p for p in sorted(source.rglob("*")) if p.is_file()]
@@ -97,7 +97,7 @@ def _partitions_of(runs) -> list[str]:
 
 
 def _meta(instance, asset, partition: str | None = None) -> dict:
-    from pipeline_project.defs.assets.partitions import latest_materialization_metadata
+    from pipeline_project.defs.partitions import latest_materialization_metadata
 
     return latest_materialization_metadata(instance, asset.key, partition)
 

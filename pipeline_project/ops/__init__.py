@@ -1,0 +1,1 @@
+"""Operator queries and actions: each returns data and prints nothing; `cli/` prints."""

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from pipeline_project.common.errors import describe
 from pipeline_project.settings import Settings, make_s3_client
 from pipeline_project.stack.processes import http_get
+from pipeline_project.streaming.topic import TopicSpec
 
 STACK_HINT = "local stack: `pipeline-project stack up`"
 
@@ -29,25 +31,13 @@ class Check:
         return f"{mark} {self.name}: {self.detail}" + ("" if self.ok or not self.hint else f"  -> {self.hint}")
 
 
-class TopicExpectation(Protocol):
-    """What the token topic should look like (`resources.layout.PipelineLayout` is one)."""
-
-    topic: str
-    topic_partitions: int
-    replication_factor: int
-    min_insync_replicas: int
-    message_bytes: int
-
-    def topic_config(self) -> dict[str, int | str]: ...
-
-
 def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    return describe(exc, limit=200)
 
 
 # -- Kafka -------------------------------------------------------------------------------------------------------
 def check_kafka(
-    settings: Settings, layout: TopicExpectation, sasl_password: str | None = None, timeout_s: float = 5.0
+    settings: Settings, spec: TopicSpec, sasl_password: str | None = None, timeout_s: float = 5.0
 ) -> list[Check]:
     from pipeline_project.streaming.kafka.client import KafkaSettings
 
@@ -62,35 +52,35 @@ def check_kafka(
     checks = [
         Check(
             "kafka.brokers",
-            brokers >= layout.replication_factor,
+            brokers >= spec.replication_factor,
             f"{brokers} broker(s) at {settings.kafka_bootstrap}",
-            f"the topic needs {layout.replication_factor} brokers (replication factor): start the missing ones",
+            f"the topic needs {spec.replication_factor} brokers (replication factor): start the missing ones",
         )
     ]
-    checks += _topic_checks(admin, meta, layout, timeout_s)
-    checks.append(_acl_check(admin, kafka, layout.topic, timeout_s))
+    checks += _topic_checks(admin, meta, spec, timeout_s)
+    checks.append(_acl_check(admin, kafka, spec.name, timeout_s))
     return checks
 
 
-def _topic_checks(admin: Any, meta: Any, layout: TopicExpectation, timeout_s: float) -> list[Check]:
+def _topic_checks(admin: Any, meta: Any, spec: TopicSpec, timeout_s: float) -> list[Check]:
     from confluent_kafka.admin import ConfigResource
 
     from pipeline_project.streaming.kafka.topics import MESSAGE_BYTES_KEY, config_mismatches, partitions_ok
 
-    name = layout.topic
+    name = spec.name
     topic = meta.topics.get(name)
     if topic is None or topic.error is not None:
         return [Check("kafka.topic", True, f"{name}: not created yet (the first token_blocks materialization does)")]
     partitions = len(topic.partitions)
     replicas = min((len(p.replicas) for p in topic.partitions.values()), default=0)
-    layout_ok = partitions_ok(partitions, layout.topic_partitions) and replicas == layout.replication_factor
+    layout_ok = partitions_ok(partitions, spec.partitions) and replicas == spec.replication_factor
     checks = [
         Check(
             "kafka.topic",
             layout_ok,
             f"{name}: {partitions} partitions, replication factor {replicas} "
-            f"(expected at least {layout.topic_partitions} partitions, replication factor {layout.replication_factor})",
-            f"partitions can only grow (kafka-topics --alter --topic {name} --partitions {layout.topic_partitions}); "
+            f"(expected at least {spec.partitions} partitions, replication factor {spec.replication_factor})",
+            f"partitions can only grow (kafka-topics --alter --topic {name} --partitions {spec.partitions}); "
             "another replication factor needs a partition reassignment, or another PIPELINE_TOPIC",
         )
     ]
@@ -100,8 +90,8 @@ def _topic_checks(admin: Any, meta: Any, layout: TopicExpectation, timeout_s: fl
         config = {k: e.value for k, e in entries.items()}
     except Exception as exc:  # noqa: BLE001
         return [*checks, Check("kafka.topic_config", False, f"{name}: {_error(exc)}", "check the client's permissions")]
-    wanted = {**layout.topic_config(), "min.insync.replicas": layout.min_insync_replicas}
-    wrong = config_mismatches(wanted, config, layout.message_bytes)
+    wanted = {**spec.topic_config(), "min.insync.replicas": spec.min_insync_replicas}
+    wrong = config_mismatches(wanted, config, spec.message_bytes)
     shown = ", ".join(f"{k}={config.get(k)}" for k in (*wanted, MESSAGE_BYTES_KEY))
     hint = f"kafka-configs --alter --entity-type topics --entity-name {name} --add-config <key>=<value>"
     checks.append(Check("kafka.topic_config", not wrong, "; ".join(wrong) if wrong else f"{name}: {shown}", hint))
@@ -144,8 +134,15 @@ def check_s3(settings: Settings, timeout_s: float = 5.0) -> list[Check]:
     from botocore.exceptions import BotoCoreError, ClientError
 
     where = settings.s3_endpoint or "AWS S3"
-    client = make_s3_client(settings.s3_endpoint, settings.s3_access_key, settings.s3_secret_key,
-                            settings.s3_region, max_attempts=1, connect_timeout=timeout_s, read_timeout=timeout_s)  # fmt: skip
+    client = make_s3_client(
+        settings.s3_endpoint,
+        settings.s3_access_key,
+        settings.s3_secret_key,
+        settings.s3_region,
+        max_attempts=1,
+        connect_timeout=timeout_s,
+        read_timeout=timeout_s,
+    )
     checks = []
     for bucket in settings.buckets:
         name = f"s3.bucket {bucket}"
@@ -219,7 +216,7 @@ CHECKS = ("kafka", "s3", "mlflow", "dagster", "postgres")
 
 def run_checks(
     settings: Settings,
-    layout: TopicExpectation,
+    spec: TopicSpec,
     *,
     sasl_password: str | None = None,
     only: tuple[str, ...] = CHECKS,
@@ -227,7 +224,7 @@ def run_checks(
 ) -> Iterator[Check]:
     """Every chosen check, in `CHECKS` order, as each finishes."""
     runners: dict[str, Callable[[], list[Check]]] = {
-        "kafka": lambda: check_kafka(settings, layout, sasl_password, timeout_s),
+        "kafka": lambda: check_kafka(settings, spec, sasl_password, timeout_s),
         "s3": lambda: check_s3(settings, timeout_s),
         "mlflow": lambda: check_mlflow(settings, timeout_s),
         "dagster": lambda: check_dagster(settings, timeout_s),
@@ -241,20 +238,12 @@ def run_checks(
             yield from runners[name]()
 
 
-def main(
-    settings: Settings, only: str | None = None, timeout_s: float = 5.0, echo: Callable[[str], None] = print
-) -> int:
-    """The CLI's `doctor`: checks the services `settings` name; 0 when every check passes."""
-    from pipeline_project.defs.resources.layout import PipelineLayout
+def check_services(settings: Settings, only: str | None = None, timeout_s: float = 5.0) -> Iterator[Check]:
+    """`run_checks` of the services `settings` name, `only` a comma-separated subset of `CHECKS`, against the
+    default layout of the settings' topic."""
     from pipeline_project.settings import KAFKA_SASL_PASSWORD_ENV, secret
 
     chosen = tuple(n.strip() for n in only.split(",") if n.strip()) if only else CHECKS
-    failed = 0
-    for check in run_checks(
-        settings, PipelineLayout(topic=settings.topic), sasl_password=secret(KAFKA_SASL_PASSWORD_ENV),
-        only=chosen, timeout_s=timeout_s,
-    ):  # fmt: skip
-        echo(check.line())
-        failed += not check.ok
-    echo(f"{failed} check(s) failed" if failed else "all checks passed")
-    return 1 if failed else 0
+    spec = TopicSpec(name=settings.topic)
+    password = secret(KAFKA_SASL_PASSWORD_ENV)
+    return run_checks(settings, spec, sasl_password=password, only=chosen, timeout_s=timeout_s)

@@ -1,5 +1,4 @@
-"""`pipeline-project retune --config NEW.yaml [--batches B ...] [--write]`: what a new cleaning config would change
-in batches already cleaned, from their attribute files (no raw text read; `cleaning/retune.py`).
+"""What a new cleaning config would change in batches already cleaned, from their attribute files (no raw text read; `cleaning/retune.py`).
 
 The report counts, per domain, documents kept -> dropped and dropped with another reason, and the documents
 that cannot be decided from the stored signals (with why). A decontamination change (a new benchmark) re-checks
@@ -13,12 +12,8 @@ lists the ones it refused, with why, and then exits 1 if it refused any.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
-
-import typer
 
 
 def load_config(path: Path):
@@ -138,62 +133,10 @@ def run_retune(
 
     client = settings.s3_client()
     chosen = batches or published_batches(client, layout.bucket, layout.shards_prefix)
-    produced = produced_state(settings, layout.topic, chosen) if write else None
+    produced = produced_state(settings, layout.topic.name, chosen) if write else None
     forget = forget_documents(dedup_url or settings.postgres_url, dedup_schema)
     results = retune_batches(client, layout.bucket, layout, config, chosen, produced, forget)
     affected = sorted({a["batch"] for r in results for a in r.affected()})
     if produced is None and affected:
-        produced = produced_state(settings, layout.topic, affected)
+        produced = produced_state(settings, layout.topic.name, affected)
     return report(results, produced)
-
-
-def print_report(out: dict, write: bool, limit: int = 100) -> None:
-    typer.echo(f"{len(out['batches'])} batches, {out['documents']} documents, {out['undecidable']} undecidable")
-    for note in out["notes"]:
-        typer.echo(f"note: {note}")
-    for c in out["changes"]:
-        typer.echo(f"{c['domain'] or '-':8} {c['change']:16} {c['detail']}: {c['documents']}")
-    if out["affected"]:
-        typer.echo(f"affected documents ({len(out['affected'])}): batch, document (S3 object, record), reason")
-    for a in out["affected"][:limit]:
-        typer.echo(f"  {a['batch']}  {a['doc_id']}  ({a['source']}, record {a['record'] or '-'})  {a['reason']}")
-    if len(out["affected"]) > limit:
-        typer.echo(f"  ... {len(out['affected']) - limit} more (--json lists them all)")
-    for batch, state in out["affected_batches"].items():
-        n = sum(1 for a in out["affected"] if a["batch"] == batch)
-        if state:
-            typer.echo(f"batch {batch}: {n} affected, already in the topic ({state}): "
-                       "retire its ledger entry and re-clean, or accept")  # fmt: skip
-        else:
-            typer.echo(f"batch {batch}: {n} affected, not produced yet" + ("" if write else " (--write rewrites it)"))
-    if write:
-        typer.echo(f"written: {', '.join(out['written']) or 'nothing'}")
-        for why in out["refused"].values():
-            typer.echo(f"refused: {why}")
-
-
-def retune(
-    config: Annotated[Path, typer.Option("--config", help="The new cleaning config (YAML or JSON overrides)")],
-    batches: Annotated[list[str] | None, typer.Option("--batches", help="Batches to retune (default: all)")] = None,
-    write: Annotated[bool, typer.Option("--write", help="Publish retuned batches not yet produced to Kafka")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON")] = False,
-    dedup_schema: Annotated[str, typer.Option("--dedup-schema", help="PostgreSQL schema of the dedup index")] = "dedup",
-) -> None:
-    """What NEW.yaml would change in cleaned batches, from their stored quality signals (no raw text read; a
-    decontamination change re-checks the cleaned text). Exits 1 when --write refused a batch."""
-    from pipeline_project.defs.resources.layout import PipelineLayout
-    from pipeline_project.settings import Settings
-
-    try:
-        settings = Settings()
-        layout = PipelineLayout(bucket=settings.bucket, topic=settings.topic)
-        out = run_retune(settings, layout, load_config(config), batches, write, dedup_schema=dedup_schema)
-    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        typer.echo(f"error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", err=True)
-        raise typer.Exit(1) from None
-    if as_json:
-        typer.echo(json.dumps(out, indent=2))
-    else:
-        print_report(out, write)
-    if out["refused"]:
-        raise typer.Exit(1)

@@ -1,5 +1,5 @@
-"""`pipeline-project status`: where a user's work stands, in one JSON-ready dict, from the code behind the other
-commands: the services (`doctor.run_checks`, failing checks only), the batches pending, running and failed
+"""Where a user's work stands, in one JSON-ready dict, from the code behind the other
+commands: the services (`doctor.check_services`, failing checks only), the batches pending, running and failed
 (`batch_outcomes`, with each one's objects and its ledger entry as `ledger show` describes it), the token topic's
 offsets against the position each lineage's newest checkpoint saved (the trainer's lag), and each lineage's
 newest checkpoint (`training.lineages`). A section whose service does not answer carries `error` (one line)
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pipeline_project.common.errors import describe
 from pipeline_project.settings import Settings
 
 RUNNING = ("started", "starting", "canceling")
@@ -21,15 +22,11 @@ PENDING = ("not started", "queued", "managed", "retrying")
 SHOWN = ("pending", "running", "failed")
 
 
-def _one_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-
-
 def _section(build: Callable[[], Any]) -> Any:
     try:
         return build()
     except Exception as exc:  # noqa: BLE001 - one section's service is down: say so, fill the others
-        return {"error": _one_line(exc)}
+        return {"error": describe(exc)}
 
 
 def group(status: str) -> str:
@@ -43,13 +40,9 @@ def group(status: str) -> str:
 
 def services(settings: Settings, timeout_s: float) -> list[str]:
     """The doctor's failing checks, one line each (the fix hint included)."""
-    from pipeline_project.defs.resources.layout import PipelineLayout
-    from pipeline_project.ops.doctor import run_checks
-    from pipeline_project.settings import KAFKA_SASL_PASSWORD_ENV, secret
+    from pipeline_project.ops.doctor import check_services
 
-    layout = PipelineLayout(topic=settings.topic)
-    checks = run_checks(settings, layout, sasl_password=secret(KAFKA_SASL_PASSWORD_ENV), timeout_s=timeout_s)
-    return [c.line() for c in checks if not c.ok]
+    return [c.line() for c in check_services(settings, timeout_s=timeout_s) if not c.ok]
 
 
 def batches(settings: Settings, instance, ledger: Callable[[list[str]], dict[str, dict]], limit: int) -> dict:
@@ -73,23 +66,11 @@ def batches(settings: Settings, instance, ledger: Callable[[list[str]], dict[str
     return out
 
 
-def ledger_entries(topic: str | None) -> Callable[[list[str]], dict[str, dict]]:
-    """`ledger show` for many batches at once: {batch: {"state", "blocks"}} from one read of the ledger."""
+def ledger_entries(settings: Settings, topic: str | None) -> Callable[[list[str]], dict[str, dict]]:
+    """`ledger show` for many batches at once (`ops.ledger.entries`)."""
+    from pipeline_project.ops.ledger import entries
 
-    def read(keys: list[str]) -> dict[str, dict]:
-        from pipeline_project.cli.ledger import connect
-        from pipeline_project.streaming.ledger.records import read_ledger_records
-        from pipeline_project.streaming.ledger.retire import describe_entry
-
-        kafka, name, index = connect(topic)
-        try:
-            records = read_ledger_records(kafka, name, keys=keys, index=index)
-        finally:
-            index.close()
-        described = {k: describe_entry(records, k) for k in keys}
-        return {k: {"state": d["state"], "blocks": d["blocks_in_topic"]["entry"]} for k, d in described.items()}
-
-    return read
+    return lambda keys: entries(settings, topic, keys)
 
 
 def topic_offsets(settings: Settings, timeout_s: float) -> dict[int, tuple[int, int]]:
@@ -97,11 +78,10 @@ def topic_offsets(settings: Settings, timeout_s: float) -> dict[int, tuple[int, 
     from confluent_kafka import IsolationLevel
     from confluent_kafka.admin import OffsetSpec
 
-    from pipeline_project.settings import KAFKA_SASL_PASSWORD_ENV, secret
-    from pipeline_project.streaming.kafka.client import KafkaSettings
+    from pipeline_project.ops.connect import kafka_settings
     from pipeline_project.streaming.kafka.offsets import list_offsets
 
-    admin = KafkaSettings.from_settings(settings, sasl_password=secret(KAFKA_SASL_PASSWORD_ENV)).make_admin()
+    admin = kafka_settings(settings).make_admin()
     meta = admin.list_topics(settings.topic, timeout=timeout_s).topics.get(settings.topic)
     if meta is None or meta.error is not None:
         return {}
@@ -136,7 +116,7 @@ def checkpoints(settings: Settings, root: str, offsets: dict, newest: int, pinne
             try:
                 topic, position = saved_position(s3, settings.bucket, head.ref)
             except Exception as exc:  # noqa: BLE001 - a checkpoint without a readable data state: say so
-                topic, position, row["error"] = None, {}, _one_line(exc)
+                topic, position, row["error"] = None, {}, describe(exc)
             row["topic"] = topic
             if topic == settings.topic and "error" not in offsets:
                 row["lag"] = lag(offsets, position)
@@ -167,7 +147,7 @@ def collect_status(
     offsets = _section(lambda: topic_offsets(settings, timeout_s))
     return {
         "services": _section(lambda: services(settings, timeout_s)),
-        "batches": _section(lambda: batches(settings, instance, ledger_entries(settings.topic), limit)),
+        "batches": _section(lambda: batches(settings, instance, ledger_entries(settings, settings.topic), limit)),
         "topic": _topic(settings, offsets),
         "checkpoints": _section(lambda: checkpoints(settings, root, offsets, newest, (lineage,))),
     }

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError, TopicPartition
 
+from pipeline_project.common.s3 import key_in_bucket
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.kafka.format import PAD_TOKEN, decode_blocks
 from pipeline_project.streaming.kafka.spans import H_SPANS, Span, SpansNotRecorded, decode_spans, spans_of_block
@@ -53,7 +54,7 @@ def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
 
 
 def _key_of(uri: str, bucket: str) -> str:
-    return uri.removeprefix(f"s3://{bucket}/").rstrip("/")
+    return key_in_bucket(uri, bucket).rstrip("/")
 
 
 def step_record(
@@ -131,8 +132,9 @@ def read_messages(
 
 
 def _message(topic: str, msg: Any) -> Message:
-    header, blocks = decode_blocks(msg.value(), msg.headers(), topic=topic, partition=msg.partition(),
-                                   offset=msg.offset())  # fmt: skip
+    header, blocks = decode_blocks(
+        msg.value(), msg.headers(), topic=topic, partition=msg.partition(), offset=msg.offset()
+    )
     raw = dict((k, v) for k, v in msg.headers() or () if v is not None)
     try:
         spans = decode_spans(raw.get(H_SPANS))
@@ -241,26 +243,52 @@ def _block(msg: Message, b: int, catalog: DocumentCatalog, documents: dict[str, 
         ref = f"{msg.batch}/{s.ordinal}"
         if ref not in documents:
             documents[ref] = catalog.document(msg.batch, s.ordinal)
-        spans.append({"block_tokens": [at, at + s.count], "document": ref,
-                      "document_tokens": [s.first, s.first + s.count], "fim": s.fim})  # fmt: skip
+        spans.append(
+            {
+                "block_tokens": [at, at + s.count],
+                "document": ref,
+                "document_tokens": [s.first, s.first + s.count],
+                "fim": s.fim,
+            }
+        )
     out["spans"] = spans
     return out
 
 
 def trace_step(
-    kafka: KafkaSettings, s3: Any, bucket: str, step: int, rank: int = 0, *, checkpoint_prefix: str | None = None,
-    checkpoint: str | None = None, shards_prefix: str = "shards/",
-) -> dict[str, Any]:  # fmt: skip
+    kafka: KafkaSettings,
+    s3: Any,
+    bucket: str,
+    step: int,
+    rank: int = 0,
+    *,
+    checkpoint_prefix: str | None = None,
+    checkpoint: str | None = None,
+    shards_prefix: str = "shards/",
+) -> dict[str, Any]:
     record = step_record(s3, bucket, step, rank, checkpoint_prefix=checkpoint_prefix, checkpoint=checkpoint)
     traced = trace_blocks(kafka, DocumentCatalog(s3, bucket, shards_prefix), record.topic, record.runs)
-    return {"checkpoint": record.checkpoint, "step": step, "rank": rank, "topic": record.topic,
-            "seq_len": record.seq_len, "runs": record.runs, **traced}  # fmt: skip
+    return {
+        "checkpoint": record.checkpoint,
+        "step": step,
+        "rank": rank,
+        "topic": record.topic,
+        "seq_len": record.seq_len,
+        "runs": record.runs,
+        **traced,
+    }
 
 
 def trace_message(
-    kafka: KafkaSettings, s3: Any, bucket: str, topic: str, partition: int, offset: int, *,
+    kafka: KafkaSettings,
+    s3: Any,
+    bucket: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
     shards_prefix: str = "shards/",
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     runs = [[partition, offset, 0, -1]]
     traced = trace_blocks(kafka, DocumentCatalog(s3, bucket, shards_prefix), topic, runs)
     return {"topic": topic, "runs": runs, **traced}

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from pipeline_project import settings as client_settings
 from pipeline_project.settings import Settings
+from pipeline_project.stack.discovery import default_stack_state_dir
 from pipeline_project.stack.errors import StackError
-from pipeline_project.stack.kafka.security import (
+from pipeline_project.stack.security import (
     CLIENT_USER,
     DEFAULT_SASL_MECHANISM,
     PLAINTEXT,
@@ -47,7 +48,7 @@ def _port_from_env(name: str, default: int) -> int:
 
 
 def default_state_dir() -> Path:
-    return client_settings.default_stack_state_dir()
+    return default_stack_state_dir()
 
 
 @dataclass(frozen=True)

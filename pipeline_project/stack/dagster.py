@@ -6,7 +6,7 @@ import json
 import sys
 import urllib.request
 
-from pipeline_project.common.pg_timeouts import with_timeouts
+from pipeline_project.common.postgres import with_timeouts
 from pipeline_project.stack.processes import ManagedProcess, http_get
 from pipeline_project.stack.service import Service, ServiceStatus
 

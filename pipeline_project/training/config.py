@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from pipeline_project.streaming.kafka.format import DEFAULT_SEQ_LEN
 from pipeline_project.streaming.load.mixture import MixtureConfig
 from pipeline_project.training.errors import PresetError
 
@@ -57,7 +56,6 @@ class TrainConfig(BaseModel):
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.95)
     batch_size: int = 8  # sequences per rank per step
-    seq_len: int = DEFAULT_SEQ_LEN  # the asset passes the topic's (`JobConfig.seq_len`)
     max_steps: int | None = None  # steps in this invocation; None (or 0) = until the data ends
     grad_clip: float = 1.0
     seed: int = 0

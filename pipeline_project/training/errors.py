@@ -25,10 +25,6 @@ class CheckpointWriteError(TrainingError, RuntimeError):
     """Writing a checkpoint produced an incomplete folder (e.g. no safetensors weights)."""
 
 
-class InvalidS3UriError(TrainingError, ValueError):
-    """A checkpoint location is not an `s3://bucket/key` URI."""
-
-
 class CheckpointConflictError(TrainingError, RuntimeError):
     """`latest.json` moved after this invocation read it: another training run advanced the lineage first.
 

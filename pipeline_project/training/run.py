@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from pipeline_project.common.metrics import prometheus as prom
+from pipeline_project.common.s3 import key_in_bucket
 from pipeline_project.streaming.load.domain_source import make_loader
 from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
 from pipeline_project.streaming.tokenizer import TokenizerInfo, load_tokenizer
@@ -157,7 +158,7 @@ def _open_resume_point(inv: _Invocation) -> _ResumePoint:
     if previous is not None:
         # the node's own name in it, so nodes that share a job.work_dir volume never write the same files
         resume_dir = inv.work_dir / f"resume-step-{previous.step}-rank{distributed.node_leader(inv.dist)}"
-        step_prefix = previous.uri.removeprefix(f"s3://{job.bucket}/")
+        step_prefix = key_in_bucket(previous.uri, job.bucket)
         # once per node, by its local rank 0; a failure there stops every rank
         distributed.all_succeed(
             (lambda: download_prefix(inv.s3, job.bucket, step_prefix, resume_dir)) if inv.dist.local_rank == 0 else None
@@ -179,8 +180,8 @@ def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
     loader = make_loader(
         LoaderConfig(
             kafka=inv.job.kafka,
-            topic=inv.job.topic,
-            seq_len=cfg.seq_len,
+            topic=inv.job.topic.name,
+            seq_len=inv.job.topic.seq_len,
             batch_size=cfg.batch_size,
             rank=inv.dist.rank,
             world_size=inv.dist.world_size,
@@ -207,7 +208,7 @@ def dead_letter_count(loader: Any) -> int:
 
 def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, progress: Progress) -> TrainResult:
     cfg = inv.cfg
-    tokens_per_step = cfg.batch_size * cfg.seq_len * inv.dist.world_size
+    tokens_per_step = cfg.batch_size * inv.job.topic.seq_len * inv.dist.world_size
 
     def mid_run_checkpoint(step: int, data_state: Any) -> None:
         _save_checkpoint(inv, state, step, (step - state.step) * tokens_per_step, data_state, progress)
@@ -229,7 +230,7 @@ def _train(inv: _Invocation, state: TrainingState, loader: KafkaBlockLoader, pro
 def _loader_lag(inv: _Invocation, loader: KafkaBlockLoader) -> int:
     """This rank's total consumer lag; exports the loader's figures (lag per partition, data wait) on the way."""
     figures = loader.metrics()
-    prom.record_loader(figures, topic=inv.job.topic, rank=inv.dist.rank)
+    prom.record_loader(figures, topic=inv.job.topic.name, rank=inv.dist.rank)
     return figures["lag_total"]
 
 
@@ -247,7 +248,7 @@ def _save_checkpoint(
         "train": inv.cfg.model_dump(mode="json"),
         "tokenizer": inv.tokenizer.name,
         "tokenizer_hash": inv.tokenizer.hash,
-        "topic": inv.job.topic,
+        "topic": inv.job.topic.name,
         "dagster_run_id": inv.job.dagster_run_id,
     }
     save_checkpoint(
@@ -258,8 +259,15 @@ def _save_checkpoint(
     )
     lineage = inv.lineage
     previous = lineage.pointer.ref.uri if lineage.pointer.ref else None
-    write_steps(local, steps, step=step, previous=previous, topic=inv.job.topic, seq_len=inv.cfg.seq_len,
-                batch_size=inv.cfg.batch_size)  # fmt: skip
+    write_steps(
+        local,
+        steps,
+        step=step,
+        previous=previous,
+        topic=inv.job.topic.name,
+        seq_len=inv.job.topic.seq_len,
+        batch_size=inv.cfg.batch_size,
+    )
     try:
         lineage.pointer = upload_checkpoint(
             inv.s3, inv.job.bucket, inv.job.checkpoint_prefix, step, local, expected=lineage.pointer
@@ -337,7 +345,7 @@ def _result(
         data_wait_fraction=sum(waits) / len(waits) if waits else None,
         stop_reason=result.stop_reason,
         wall_s=wall_s,
-        topic=inv.job.topic,
+        topic=inv.job.topic.name,
         dead_letters=dead_letters,
         mlflow_error=progress.mlflow_error,
         registered_model=progress.registered_model if progress.model_version else None,

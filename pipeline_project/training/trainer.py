@@ -214,9 +214,14 @@ class _Loop:
 
 
 def _step_metrics(
-    step: int, out: _StepOutput, loss_value: float, step_tokens: int, tokens_seen: int, times: tuple[float, float],
+    step: int,
+    out: _StepOutput,
+    loss_value: float,
+    step_tokens: int,
+    tokens_seen: int,
+    times: tuple[float, float],
     lag: float | None,
-) -> StepMetrics:  # fmt: skip
+) -> StepMetrics:
     step_time, data_wait = times
     return StepMetrics(
         step=step,

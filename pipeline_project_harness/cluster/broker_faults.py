@@ -20,9 +20,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from pipeline_project.cluster import Cluster
-from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings, transactional_id_for
 from pipeline_project.streaming.kafka.topics import ensure_topic
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks, transactional_id_for
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project_harness.reliability import trials
 from pipeline_project_harness.reliability.faults import (
@@ -114,9 +115,18 @@ def pick_victim(settings: KafkaSettings, victim: str, *, admin: Any, topic: str,
 
 def _produce(settings: KafkaSettings, topic: str, key: str, first: int, n: int) -> Any:
     return produce_blocks(
-        settings, topic, [seq_blocks(first, n, trials.SEQ_LEN)], tokenizer=SEQ_TOKENIZER, seq_len=trials.SEQ_LEN,
-        source=key, ledger_key=key, content_hash=f"seq-{first}-{n}", config=PRODUCER_CONFIG,
-    )  # fmt: skip
+        settings,
+        ProduceRequest(
+            topic=topic,
+            ledger_key=key,
+            content_hash=f"seq-{first}-{n}",
+            source=key,
+            seq_len=trials.SEQ_LEN,
+            tokenizer=SEQ_TOKENIZER,
+            config=PRODUCER_CONFIG,
+        ),
+        [seq_blocks(first, n, trials.SEQ_LEN)],
+    )
 
 
 class ProduceRun:

@@ -24,8 +24,9 @@ from pipeline_project.defs.resources.launchers import RDZV_PORT, multinode_comma
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.kafka.format import decode_message
 from pipeline_project.streaming.kafka.topics import ensure_topic
-from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import ModelPreset, TrainConfig
 from pipeline_project.training.entrypoint import RESULT_PREFIX
 from pipeline_project.training.job import JobConfig
@@ -49,10 +50,18 @@ def produce(cluster: Cluster, topic: str, blocks: int, tokenizer, *, partitions:
     text = CORPUS.read_text(encoding="utf-8")[: blocks * SEQ_LEN * 4]
     docs = [text[i : i + 400] for i in range(0, len(text), 400)]
     report = tokenize_and_produce(
-        kafka(cluster), topic, docs, tokenizer=tokenizer, seq_len=SEQ_LEN, source=key, ledger_key=f"{topic}-{key}",
-        content_hash=hashlib.sha256(text.encode()).hexdigest(),
-        config=ProducerConfig(max_message_bytes=2 * SEQ_LEN * 4),
-    )  # fmt: skip
+        kafka(cluster),
+        ProduceRequest(
+            topic=topic,
+            ledger_key=f"{topic}-{key}",
+            content_hash=hashlib.sha256(text.encode()).hexdigest(),
+            source=key,
+            seq_len=SEQ_LEN,
+            tokenizer=tokenizer,
+            config=ProducerConfig(max_message_bytes=2 * SEQ_LEN * 4),
+        ),
+        docs,
+    )
     return report.blocks
 
 
@@ -93,10 +102,10 @@ def trained_slice(blocks: list[tuple[int, int, str]], start: dict | None, end: d
 def job(cluster: Cluster, topic: str, prefix: str, *, max_steps: int | None, **train) -> JobConfig:
     settings = cluster.settings()
     knobs = {"lr": 3e-3, "warmup_steps": 2, "decay_steps": 50, "checkpoint_every": None, **train}
-    cfg = TrainConfig(preset=ModelPreset(name="tiny"), batch_size=BATCH, seq_len=SEQ_LEN, max_steps=max_steps,
+    cfg = TrainConfig(preset=ModelPreset(name="tiny"), batch_size=BATCH, max_steps=max_steps,
                       device="cpu", **knobs)  # fmt: skip
     return JobConfig(
-        train=cfg, kafka=kafka(cluster), topic=topic, seq_len=SEQ_LEN, s3_endpoint=settings.s3_endpoint,
+        train=cfg, kafka=kafka(cluster), topic=TopicSpec(name=topic, seq_len=SEQ_LEN), s3_endpoint=settings.s3_endpoint,
         bucket=settings.bucket, checkpoint_prefix=prefix, work_dir=SCRATCH, loader_idle_timeout_s=5,
         log_model_to_mlflow=False,
     )  # fmt: skip

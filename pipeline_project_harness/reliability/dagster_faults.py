@@ -61,7 +61,7 @@ def upload_wave(stack: Stack, *, seed: int, files: int = 2, pause_s: float = 0.0
 
 def registered_batches(stack: Stack, instance) -> dict[str, list[str]]:
     """Every batch partition the sensor registered, with the keys its manifest lists."""
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.ingest.manifest import read_manifest
 
     settings = stack.settings()

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections import Counter
 
+from pipeline_project.defs.resources.layout import TopicConfig
 from pipeline_project.settings import Settings
 from pipeline_project_harness.reliability.trials import TrialResult
 
@@ -36,10 +37,13 @@ def _resources(settings: Settings, pg_url: str, uid: str, shards: str) -> dict:
 
     res = build_resources(settings)
     res["layout"] = PipelineLayout(
-        bucket=settings.bucket, raw_prefix=f"kill-{uid}/raw/", shards_prefix=f"kill-{uid}/{shards}/shards/",
-        exclusions_prefix=f"kill-{uid}/{shards}/exclusions/", dedup_prefix=f"kill-{uid}/dedup/",
-        checkpoints_prefix=f"kill-{uid}/checkpoints/", topic=f"kill-{uid}-blocks", seq_len=64,
-    )  # fmt: skip
+        bucket=settings.bucket,
+        raw_prefix=f"kill-{uid}/raw/",
+        shards_prefix=f"kill-{uid}/{shards}/shards/",
+        exclusions_prefix=f"kill-{uid}/{shards}/exclusions/",
+        checkpoints_prefix=f"kill-{uid}/checkpoints/",
+        topic=TopicConfig(name=f"kill-{uid}-blocks", seq_len=64),
+    )
     res["dedup"] = DedupIndexResource(postgres_url=pg_url, schema_name=f"kill_{uid}_{shards}")
     res["cleaning"] = CleaningResource(workers=1)
     return res
@@ -61,7 +65,12 @@ def _upload_batches(settings: Settings, uid: str, seed: int) -> tuple[str, str]:
             s3.put_object(Bucket=bucket, Key=key, Body=f.data)
             head = s3.head_object(Bucket=bucket, Key=key)
             objects.append(
-                RawObject(key, head["ETag"].strip('"'), head["ContentLength"], head["LastModified"].isoformat())
+                RawObject(
+                    key=key,
+                    etag=head["ETag"].strip('"'),
+                    size=head["ContentLength"],
+                    last_modified=head["LastModified"].isoformat(),
+                )
             )
         batch = make_batch_id(objects) + f"-{n}"
         write_manifest_once(s3, BatchManifest(batch_id=batch, bucket=bucket, objects=tuple(objects)))
@@ -74,7 +83,7 @@ def clean(resources: dict, batch: str) -> bool:
     import dagster as dg
 
     from pipeline_project.defs.assets.cleaned import cleaned_shards
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
 
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(batches.name, [batch])

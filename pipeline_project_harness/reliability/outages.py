@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline_project.defs.resources.layout import TopicConfig
 from pipeline_project.stack import Stack
 from pipeline_project_harness.reliability.faults import restart, sigkill
 from pipeline_project_harness.reliability.training_trials import (
@@ -69,10 +70,12 @@ def _layout_and_resources(stack: Stack, uid: str) -> tuple[Any, dict]:
     from pipeline_project.defs.resources.layout import PipelineLayout
 
     layout = PipelineLayout(
-        raw_prefix=f"rel-{uid}/raw/", shards_prefix=f"rel-{uid}/shards/", exclusions_prefix=f"rel-{uid}/exclusions/",
-        dedup_prefix=f"rel-{uid}/dedup/", checkpoints_prefix=f"rel-{uid}/checkpoints/", topic=f"rel-{uid}-blocks",
-        seq_len=64, message_bytes=16 * 1024,
-    )  # fmt: skip
+        raw_prefix=f"rel-{uid}/raw/",
+        shards_prefix=f"rel-{uid}/shards/",
+        exclusions_prefix=f"rel-{uid}/exclusions/",
+        checkpoints_prefix=f"rel-{uid}/checkpoints/",
+        topic=TopicConfig(name=f"rel-{uid}-blocks", seq_len=64, message_bytes=16 * 1024),
+    )
     resources = build_resources(stack.settings())
     resources["layout"] = layout
     resources["dedup"] = DedupIndexResource(postgres_url=fresh_database(stack, f"rel_{uid}"))
@@ -88,8 +91,8 @@ def _clean_one_batch(stack: Stack, *, seed: int, during=None) -> CleanedBatch:
     from pipeline_project.definitions import defs
     from pipeline_project.defs.assets import cleaned
     from pipeline_project.defs.assets.cleaned import cleaned_shards
-    from pipeline_project.defs.assets.partitions import batches
     from pipeline_project.defs.assets.raw import raw_text
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
     from pipeline_project.demo.sample.corpus import generate
 

@@ -16,6 +16,8 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from pipeline_project.defs.resources.layout import IntakeConfig
+
 
 @dataclass
 class OverwriteResult:
@@ -38,7 +40,7 @@ class OverwriteResult:
 def overwrite_after_take(stack, *, delay_s: float, objects: int = 20, overwrites: int = 8, seed: int = 0):
     import dagster as dg
 
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.resources import build_resources
     from pipeline_project.defs.resources.layout import PipelineLayout
     from pipeline_project.ingest.manifest import read_manifest
@@ -48,7 +50,7 @@ def overwrite_after_take(stack, *, delay_s: float, objects: int = 20, overwrites
     settings = stack.settings()
     res = build_resources(settings)
     s3 = res["s3"].get_client()
-    layout = PipelineLayout(raw_prefix=f"ow-{uuid.uuid4().hex[:8]}/raw/", full_scan_every=1)
+    layout = PipelineLayout(raw_prefix=f"ow-{uuid.uuid4().hex[:8]}/raw/", intake=IntakeConfig(full_scan_every=1))
     sha_of_etag: dict[str, str] = {}
     last: dict[str, str] = {}
 

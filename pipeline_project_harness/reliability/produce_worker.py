@@ -12,7 +12,8 @@ import argparse
 import json
 import sys
 
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project_harness.reliability.faults import SlowLinkKafkaSettings
 from pipeline_project_harness.reliability.invariants import SEQ_TOKENIZER, seq_blocks
 
@@ -39,14 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     bounded = {"transaction_max_bytes": args.transaction_bytes} if args.transaction_bytes else {}
     report = produce_blocks(
         settings,
-        args.topic,
+        ProduceRequest(
+            topic=args.topic,
+            ledger_key=args.ledger_key,
+            content_hash=f"seq-0-{args.blocks}",
+            source=args.ledger_key,
+            seq_len=args.seq_len,
+            tokenizer=SEQ_TOKENIZER,
+            config=ProducerConfig(max_message_bytes=args.message_blocks * args.seq_len * 4, **bounded),
+        ),
         [seq_blocks(0, args.blocks, args.seq_len)],
-        tokenizer=SEQ_TOKENIZER,
-        seq_len=args.seq_len,
-        source=args.ledger_key,
-        ledger_key=args.ledger_key,
-        content_hash=f"seq-0-{args.blocks}",
-        config=ProducerConfig(max_message_bytes=args.message_blocks * args.seq_len * 4, **bounded),
     )
     print(REPORT + json.dumps({"reused": report.reused, "ledger": json.loads(report.to_ledger_json())}), flush=True)
     return 0

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_project.stack import Stack
+from pipeline_project.streaming.kafka.client import transactional_id_for
 from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project.streaming.ledger.records import ProduceReport, ensure_ledger_topic, read_ledger
 from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks, transactional_id_for
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project_harness.reliability import produce_worker
 from pipeline_project_harness.reliability.faults import (
@@ -140,9 +142,18 @@ def broker_kill_while_producing(
 
     def produce(settings) -> ProduceReport:
         return produce_blocks(
-            settings, topic, [seq_blocks(0, n_blocks, SEQ_LEN)], tokenizer=SEQ_TOKENIZER, seq_len=SEQ_LEN,
-            source=key, ledger_key=key, content_hash=f"seq-0-{n_blocks}", config=_producer_config(bounded),
-        )  # fmt: skip
+            settings,
+            ProduceRequest(
+                topic=topic,
+                ledger_key=key,
+                content_hash=f"seq-0-{n_blocks}",
+                source=key,
+                seq_len=SEQ_LEN,
+                tokenizer=SEQ_TOKENIZER,
+                config=_producer_config(bounded),
+            ),
+            [seq_blocks(0, n_blocks, SEQ_LEN)],
+        )
 
     def run() -> None:
         t0 = time.monotonic()

@@ -10,8 +10,9 @@ from pipeline_project.cleaning import CleaningConfig, Document
 from pipeline_project.cleaning.chain.pool import FilterPool
 from pipeline_project.cleaning.chain.profiles import build_chains
 from pipeline_project.cleaning.config import LimitsConfig
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
 from pipeline_project.cleaning.steps.base import DocFilter
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import WholeBatchPipeline
 from pipeline_project_tests.cleaning.conftest import prose
 
 CONFIG = CleaningConfig(limits=LimitsConfig(document_cpu_seconds=0.5, document_cpu_seconds_per_mb=0))

@@ -9,7 +9,8 @@ from pipeline_project.cleaning.config import (
     GopherRepetitionConfig,
     LanguageConfig,
 )
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
+from pipeline_project_harness.standins import WholeBatchPipeline
 
 from .conftest import prose
 

@@ -9,8 +9,10 @@ import uuid
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
+from pipeline_project.cleaning.dedup.migrate import import_local_index
 from pipeline_project.cleaning.dedup.postgres import DedupStoreUnavailableError, PostgresDedupIndex
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import WholeBatchPipeline
 from pipeline_project_tests.cleaning.test_dedup import _words
 
 pytestmark = pytest.mark.stack
@@ -119,7 +121,7 @@ def test_migration_from_the_s3_index_file_keeps_every_decision(pg_url):
     WholeBatchPipeline(CONFIG).run(_docs("m1", texts), "m1", memory)
     restored = MemoryDedupIndex.from_bytes(memory.to_bytes())  # what `index.bin` in S3 holds
     index = PostgresDedupIndex(pg_url)
-    assert index.import_index(restored) == len(texts)
+    assert import_local_index(index, restored) == len(texts)
     probe = [texts[0], _edit(texts[1], start=50, count=6, fresh=70_000), *_corpus(7, 1)]
     a = WholeBatchPipeline(CONFIG).run(_docs("m2", probe), "m2", MemoryDedupIndex.from_bytes(memory.to_bytes()))
     b = WholeBatchPipeline(CONFIG).run(_docs("m2", probe), "m2", index)

@@ -3,7 +3,8 @@ from hypothesis import strategies as st
 
 from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, read_object, read_shard, write_shards
 from pipeline_project.cleaning.config import LanguageConfig
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
+from pipeline_project_harness.standins import WholeBatchPipeline
 
 from .conftest import prose
 

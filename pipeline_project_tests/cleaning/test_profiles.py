@@ -11,16 +11,17 @@ import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document, read_object, read_shard
 from pipeline_project.cleaning.chain.chain import profile_counts
-from pipeline_project.cleaning.chain.document import FilterPool
+from pipeline_project.cleaning.chain.pool import FilterPool
 from pipeline_project.cleaning.chain.profiles import ProfileRouter, build_chain
 from pipeline_project.cleaning.config import LanguageConfig
 from pipeline_project.cleaning.config.profiles import ProfilesConfig
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
 from pipeline_project.cleaning.output.publish import exclusion_records_of
 from pipeline_project.cleaning.output.shards import write_shards
 from pipeline_project.cleaning.steps import LanguageID
 from pipeline_project.cleaning.steps.chinese import han_fraction
 from pipeline_project.cleaning.steps.code import CodeQuality, SecretsMasking
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import WholeBatchPipeline
 
 from .conftest import prose
 

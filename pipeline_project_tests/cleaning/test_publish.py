@@ -10,14 +10,10 @@ import pytest
 import zstandard
 
 from pipeline_project.cleaning import CleaningConfig, Quarantined, read_object
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
 from pipeline_project.cleaning.output.publish import EXCLUSIONS_NAME, read_shard_manifest
 from pipeline_project.cleaning.output.shards import read_shard
-from pipeline_project_harness.standins import (
-    MemoryDedupIndex,
-    WholeBatchPipeline,
-    exclusion_records,
-    publish_batch,
-)
+from pipeline_project_harness.standins import WholeBatchPipeline, exclusion_records, publish_batch
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
 from .conftest import prose
@@ -128,7 +124,7 @@ SECRETS = ("AKIAIOSFODNN7EXAMPLE", "x9$Kq2!vLp0#Zr7", "jane.roe@example.org")
 def test_dropped_code_files_reach_the_s3_exclusion_sink_masked_as_the_shards_are(stack, workers):
     """A code file dropped as a duplicate (after the masking step's work was done ahead in a pool worker) and one
     dropped by an early filter: their secrets are masked in the sink object in S3 by the code profile's masking."""
-    from pipeline_project.cleaning.chain.document import FilterPool
+    from pipeline_project.cleaning.chain.pool import FilterPool
 
     config = CleaningConfig()
     generated = "# This file is auto-generated. Do not edit.\n" + SECRET_CODE

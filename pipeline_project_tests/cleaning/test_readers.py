@@ -296,9 +296,8 @@ def test_string_meta_fields_are_pii_masked_like_the_text(config):
 def test_one_list_of_suffixes_is_accepted_by_ingest_and_the_readers(config, repo_root):
     import re
 
-    from pipeline_project.cleaning.read.readers import SUPPORTED_SUFFIXES, split_suffix
+    from pipeline_project.cleaning.read.readers import SUPPORTED_SUFFIXES, is_supported, split_suffix
     from pipeline_project.defs.assets.raw import raw_text
-    from pipeline_project.ingest.manifest import is_supported
 
     assert {".txt", ".txt.gz", ".txt.zst", ".jsonl", ".jsonl.gz", ".jsonl.zst", ".json", ".json.gz"} <= set(
         SUPPORTED_SUFFIXES

@@ -23,7 +23,7 @@ from pipeline_project.cleaning.output.shards import write_shards
 from pipeline_project.cleaning.records import Document
 from pipeline_project.streaming.kafka.spans import SpanRecorder
 from pipeline_project.streaming.produce.packing import DomainPackers
-from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.request import ProducerConfig
 from pipeline_project.streaming.produce.tokenize import StageTimer, packing_hash, timed_blocks
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
@@ -59,9 +59,10 @@ def _batch(copies: dict[str, tuple[int, int]], kept: list[str], dropped: list[st
     pq.write_table(pa.Table.from_pylist(rows), sink)
     data = sink.getvalue().to_pybytes()
     client.put_object(Bucket="b", Key="shards/x/attributes.parquet", Body=data)
-    entry = ShardEntry("shards/x/s0.jsonl.zst", shard.docs, shard.raw_bytes, len(shard.data),
-                       hashlib.sha256(shard.data).hexdigest())  # fmt: skip
-    manifest = ShardManifest("x", 1, "cfg", ("raw/x",), {"in": len(kept)}, (entry,), "excl",
+    entry = ShardEntry(key="shards/x/s0.jsonl.zst", docs=shard.docs, raw_bytes=shard.raw_bytes, bytes=len(shard.data),
+                       sha256=hashlib.sha256(shard.data).hexdigest())  # fmt: skip
+    manifest = ShardManifest(batch_id="x", config_version=1, config_hash="cfg", input_keys=("raw/x",),
+                             counts={"in": len(kept)}, shards=(entry,), exclusions="excl",
                              attributes="shards/x/attributes.parquet",
                              attributes_sha256=hashlib.sha256(data).hexdigest())  # fmt: skip
     return client, manifest
@@ -82,7 +83,8 @@ def test_weights_are_frozen_from_the_batch_attribute_file():
 
 def test_a_batch_without_an_attribute_file_or_with_another_one_is_refused_in_one_line():
     client, manifest = _batch({"d1": (1, 0)}, ["d0", "d1"])
-    bare = ShardManifest("x", 1, "cfg", (), {}, manifest.shards, "excl")
+    bare = ShardManifest(batch_id="x", config_version=1, config_hash="cfg", input_keys=(), counts={},
+                         shards=manifest.shards, exclusions="excl")  # fmt: skip
     with pytest.raises(ValueError, match="no attribute file") as err:
         batch_weights(client, "b", bare, ON)
     assert "\n" not in str(err.value)

@@ -24,8 +24,10 @@ from pipeline_project.cleaning.output.writer import BatchWriter
 from pipeline_project.cleaning.records import Document
 from pipeline_project.cleaning.retune.write import RetuneRefusedError, check_writable
 from pipeline_project.cleaning.stream import StreamingCleaner
-from pipeline_project.defs.resources.layout import PipelineLayout
-from pipeline_project.ops.retune import print_report, report, retune_batches, run_retune
+from pipeline_project.cli.retune import print_report
+from pipeline_project.defs.resources.layout import PipelineLayout, TopicConfig
+from pipeline_project.ops.retune import report, retune_batches, run_retune
+from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project_tests.cleaning.conftest import prose
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
@@ -75,7 +77,7 @@ def _clean(client, layout, batch, config, items=None, index=None):
     writer.upload_exclusions()
     manifest = ShardManifest(
         batch_id=batch, config_version=config.version, config_hash=config.config_hash(), input_keys=FILES,
-        counts=dict(out.counts), shards=tuple(ShardEntry(s.key, s.docs, s.raw_bytes, s.bytes, s.sha256) for s in shards),
+        counts=dict(out.counts), shards=tuple(ShardEntry(key=s.key, docs=s.docs, raw_bytes=s.raw_bytes, bytes=s.bytes, sha256=s.sha256) for s in shards),
         exclusions=writer.exclusions_key, attributes=writer.attributes_key, attributes_sha256=writer.attributes_sha256,
         dedup_attempt=dedup_attempt,
     )  # fmt: skip
@@ -192,14 +194,18 @@ def test_a_new_benchmark_names_the_planted_documents_and_the_produced_batches(lo
     settings = local_stack.settings()
     client = settings.s3_client()
     run = uuid.uuid4().hex[:8]
-    layout = PipelineLayout(bucket=settings.bucket, shards_prefix=f"test-retune-{run}/shards/",
-                            exclusions_prefix=f"test-retune-{run}/x/", topic=f"test-retune-{run}")  # fmt: skip
+    layout = PipelineLayout(
+        bucket=settings.bucket,
+        shards_prefix=f"test-retune-{run}/shards/",
+        exclusions_prefix=f"test-retune-{run}/x/",
+        topic=TopicConfig(name=f"test-retune-{run}"),
+    )
     data, names, new = _planted(tmp_path)
     mh = BASE.dedup.minhash
     index = PostgresDedupIndex(pg_url, num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets)
     for batch, into in (("fresh", index), ("produced", None)):
         _clean(client, layout, batch, BASE, list(read_object(f"raw/{batch}.jsonl", data, BASE)), into)
-    _produce_ledger_entry(settings, layout.topic, "produced")
+    _produce_ledger_entry(settings, layout.topic.name, "produced")
     planted = {
         f"raw/{b}.jsonl:{names.index(d) + 1}" for b in ("fresh", "produced") for d in ("verbatim", "spaced", "embedded")
     }
@@ -246,7 +252,11 @@ def _produce_ledger_entry(settings, topic, batch):
     ensure_topic(kafka.make_admin(), topic, partitions=1)
     tok = type("Tok", (), {"name": "unit-tok", "hash": "deadbeef"})
     blocks = np.zeros((3, 16), dtype=np.uint32)
-    produce_blocks(kafka, topic, [blocks], tokenizer=tok, seq_len=16, source=batch, ledger_key=batch, content_hash="h")
+    produce_blocks(
+        kafka,
+        ProduceRequest(topic=topic, ledger_key=batch, content_hash="h", source=batch, seq_len=16, tokenizer=tok),
+        [blocks],
+    )
 
 
 def _manifest(client, layout, batch):

@@ -5,8 +5,9 @@ from collections import Counter
 import pytest
 
 from pipeline_project.cleaning import CleaningConfig, Document, read_object
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
 from pipeline_project.demo.sample.corpus import generate
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import WholeBatchPipeline
 
 
 @pytest.mark.parametrize("seed", [0, 3])

@@ -7,9 +7,10 @@ import copy
 import pytest
 
 from pipeline_project.cleaning import read_shard
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
 from pipeline_project.cleaning.output.writer import BatchWriter
 from pipeline_project.cleaning.stream import StreamingCleaner
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline
+from pipeline_project_harness.standins import WholeBatchPipeline
 from pipeline_project_tests.cleaning.test_dedup_store import CONFIG, _corpus, _docs, _edit
 from pipeline_project_tests.dagster_layer.standins import MemoryS3Client
 
@@ -114,7 +115,7 @@ def test_with_a_pool_the_next_chunk_is_filtering_while_this_one_is_deduplicated(
 
 
 def test_a_real_pool_streams_to_the_same_decisions():
-    from pipeline_project.cleaning.chain.document import FilterPool
+    from pipeline_project.cleaning.chain.pool import FilterPool
 
     base = _corpus(26, 6)
     texts = base + [base[1], _edit(base[4], 100, 5, 458_000), *_corpus(27, 4)]

@@ -4,7 +4,7 @@ import dagster as dg
 import pytest
 
 from pipeline_project.defs.resources import build_resources
-from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.layout import PipelineLayout, TopicConfig
 
 
 @pytest.fixture
@@ -19,11 +19,8 @@ def layout(uid) -> PipelineLayout:
         raw_prefix=f"it-{uid}/raw/",
         shards_prefix=f"it-{uid}/shards/",
         exclusions_prefix=f"it-{uid}/exclusions/",
-        dedup_prefix=f"it-{uid}/dedup/",
         checkpoints_prefix=f"it-{uid}/checkpoints/",
-        topic=f"it-{uid}-blocks",
-        seq_len=64,
-        message_bytes=16 * 1024,
+        topic=TopicConfig(name=f"it-{uid}-blocks", seq_len=64, message_bytes=16 * 1024),
     )
 
 

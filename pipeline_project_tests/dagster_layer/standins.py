@@ -28,6 +28,7 @@ from pipeline_project.streaming.kafka.format import PAD_TOKEN
 from pipeline_project.streaming.ledger.records import LedgerRecords, ProduceReport
 from pipeline_project.streaming.produce.fim import FimApplier, FimSentinels
 from pipeline_project.streaming.produce.packing import DomainPackers
+from pipeline_project.streaming.topic import TopicSpec
 
 _S3: dict[str, dict[tuple[str, str], tuple[bytes, datetime]]] = {}
 _KAFKA: dict[str, dict[str, Any]] = {}
@@ -155,13 +156,12 @@ class MemoryKafkaResource(KafkaResource):
     def _state(self) -> dict[str, Any]:
         return _KAFKA.setdefault(self.store, {"topics": {}, "ledger": {}})
 
-    def ensure_topic(self, name: str, partitions: int, replication_factor: int, min_insync_replicas: int,
-                     config: dict[str, Any] | None = None, message_bytes: int | None = None):  # fmt: skip
-        self._state()["topics"].setdefault(name, [[] for _ in range(partitions)])
+    def ensure_token_topic(self, spec: TopicSpec):
+        self._state()["topics"].setdefault(spec.name, [[] for _ in range(spec.partitions)])
 
-    def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
-                             source: str, ledger_key: str, content_hash: str,
-                             max_message_bytes: int, fim=None) -> ProduceReport:  # fmt: skip
+    def produce_token_blocks(self, spec: TopicSpec, texts: Iterable[str | tuple[str | None, str]], *, source: str,
+                             ledger_key: str, content_hash: str, rehydration: str = "") -> ProduceReport:  # fmt: skip
+        topic, seq_len, fim = spec.name, spec.seq_len, spec.fim
         state = self._state()
         existing = state["ledger"].get((topic, ledger_key))
         if existing is not None:
@@ -257,7 +257,7 @@ class MemoryDedupIndexResource(DedupIndexResource):
     store: str
 
     def open(self, num_perm: int, num_bands: int, is_published=None):
-        from pipeline_project_harness.standins import MemoryDedupIndex
+        from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
 
         return _DEDUP.setdefault(self.store, MemoryDedupIndex(num_perm=num_perm, num_bands=num_bands))
 

@@ -5,7 +5,7 @@ import random
 import dagster as dg
 
 from pipeline_project.defs.assets.backlog import BacklogState, untrained_backlog
-from pipeline_project.defs.assets.partitions import untrained_share
+from pipeline_project.defs.partitions import untrained_share
 from pipeline_project.defs.resources import training_trigger
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor

@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 from typer.testing import CliRunner
 
-from pipeline_project.cli import batches as batches_cli
+from pipeline_project.cli import context
 from pipeline_project.cli.app import app
 from pipeline_project.definitions import defs
 from pipeline_project.defs.assets.cleaned import cleaned_shards
@@ -49,7 +49,7 @@ def test_a_batch_that_fails_for_good_is_listed_with_its_error_and_objects(instan
     assert "SlowDown" in rows[0].error
     assert sorted(rows[0].objects) == sorted(layout.raw_prefix + n for n in names)
 
-    monkeypatch.setattr(batches_cli, "dagster_instance", lambda home: instance)
+    monkeypatch.setattr(context, "dagster_instance", lambda home: instance)
     monkeypatch.setattr(instance, "__exit__", lambda *a: None)
     out = CliRunner().invoke(app, ["batches", "--failed", "--json"])
     assert out.exit_code == 0, out.output

@@ -9,9 +9,9 @@ import pytest
 from pipeline_project.definitions import defs
 from pipeline_project.defs.assets import cleaned, raw, token_blocks
 from pipeline_project.defs.assets.cleaned import cleaned_shards
-from pipeline_project.defs.assets.partitions import batches
 from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.partitions import batches
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 from pipeline_project.demo.sample.corpus import generate
 from pipeline_project_tests.dagster_layer.standins import MLFLOW_RUNS, standin_resources
@@ -68,12 +68,14 @@ def test_ingest_graph_accounts_for_every_document_and_every_check_passes(instanc
     # packed per domain: one partial tail block per domain at most, and the per-domain counts add up
     domains = t["domains"]
     assert len(domains) >= 2, domains
-    assert t["tokens"] + t["pad_tokens"] == t["blocks"] * layout.seq_len
-    assert 0 < t["tail_tokens"] < layout.seq_len * len(domains)
+    assert t["tokens"] + t["pad_tokens"] == t["blocks"] * layout.topic.seq_len
+    assert 0 < t["tail_tokens"] < layout.topic.seq_len * len(domains)
     assert sum(d["blocks"] for d in domains.values()) == t["blocks"]
     assert sum(d["tokens"] for d in domains.values()) == t["tokens"]
     assert all(t[f"tokens_{d}"] == c["tokens"] for d, c in domains.items())
-    assert res["kafka"].blocks(layout.topic) and all(src == batch for src, _ in res["kafka"].blocks(layout.topic))
+    assert res["kafka"].blocks(layout.topic.name) and all(
+        src == batch for src, _ in res["kafka"].blocks(layout.topic.name)
+    )
     assert checks and all(checks.values()), checks
     assert MLFLOW_RUNS[-1]["tags"]["batch"] == batch
 
@@ -82,11 +84,11 @@ def test_rematerializing_token_blocks_reuses_the_ledger_entry(instance, res, lay
     _upload(res, layout, generate(seed=4, docs_per_language=4))
     batch, _ = _new_batch(instance, res)
     _, first, _ = _materialize(instance, res, batch)
-    blocks_before = len(res["kafka"].blocks(layout.topic))
+    blocks_before = len(res["kafka"].blocks(layout.topic.name))
     _, again, checks = _materialize(instance, res, batch, selection=[token_blocks_asset])
     assert again["token_blocks"]["reused_existing"] is True
     assert again["token_blocks"]["offset_ranges"] == first["token_blocks"]["offset_ranges"]
-    assert len(res["kafka"].blocks(layout.topic)) == blocks_before
+    assert len(res["kafka"].blocks(layout.topic.name)) == blocks_before
     assert checks["topic_holds_claimed_blocks"] is True
 
 

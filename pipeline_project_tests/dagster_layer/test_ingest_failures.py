@@ -7,9 +7,9 @@ from botocore.exceptions import EndpointConnectionError
 
 from pipeline_project.defs.assets import cleaned, raw, token_blocks
 from pipeline_project.defs.assets.cleaned import cleaned_shards
-from pipeline_project.defs.assets.partitions import MIN_OUTAGE_COVERED_S, NETWORK_RETRY, batches
 from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.partitions import MIN_OUTAGE_COVERED_S, NETWORK_RETRY, batches
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 from pipeline_project.demo.sample.corpus import generate
 from pipeline_project_tests.dagster_layer import standins
@@ -65,7 +65,7 @@ def _objects(res, layout):
 def test_recleaning_a_produced_batch_with_other_content_is_refused_before_any_write(instance, res, layout):
     batch = _batch(instance, res, layout, seed=6)
     assert _materialize(instance, res, batch, INGEST).success
-    ledger = standins._KAFKA[res["kafka"].store]["ledger"][(layout.topic, batch)]
+    ledger = standins._KAFKA[res["kafka"].store]["ledger"][(layout.topic.name, batch)]
     before = _objects(res, layout)
 
     ledger.content_hash = "0" * 64  # the topic holds this batch with content other than a re-clean gives
@@ -86,7 +86,7 @@ def test_recleaning_a_produced_batch_with_the_same_content_proceeds(instance, re
         e.materialization.asset_key.to_user_string(): e.materialization.metadata
         for e in again.get_asset_materialization_events()
     }
-    ledger = standins._KAFKA[res["kafka"].store]["ledger"][(layout.topic, batch)]
+    ledger = standins._KAFKA[res["kafka"].store]["ledger"][(layout.topic.name, batch)]
     assert meta["cleaned_shards"]["content_hash"].value == ledger.content_hash
     assert meta["token_blocks"]["reused_existing"].value is True
 

@@ -8,9 +8,9 @@ import pytest
 from pipeline_project.definitions import defs
 from pipeline_project.defs.assets import cleaned, raw, token_blocks
 from pipeline_project.defs.assets.cleaned import cleaned_shards
-from pipeline_project.defs.assets.partitions import batches
 from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.partitions import batches
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 from pipeline_project.demo.sample.corpus import generate
@@ -91,11 +91,11 @@ def test_ingest_graph_counts_add_up_and_rematerializing_does_not_duplicate(pg_in
     assert meta["raw_text"]["objects"] > 0 and meta["raw_text"]["missing_or_changed"] == 0
     k = meta["token_blocks"]
     assert (
-        k["blocks"] > 0 and k["tokens"] + k["pad_tokens"] == k["blocks"] * layout.seq_len
+        k["blocks"] > 0 and k["tokens"] + k["pad_tokens"] == k["blocks"] * layout.topic.seq_len
     )  # padded tail: no token lost
     domains = [key for key in k if key.startswith("blocks_")]
     assert len(domains) == 4, domains  # en_web, zh_web, code, books: packed apart, a padded tail block each at most
-    assert 0 <= k["pad_tokens"] < layout.seq_len * len(domains)
+    assert 0 <= k["pad_tokens"] < layout.topic.seq_len * len(domains)
     assert k["reused_existing"] is False
     assert len(k["offset_ranges"]) > 1, "a batch spreads over several Kafka partitions"
     evaluations = result.get_asset_check_evaluations()

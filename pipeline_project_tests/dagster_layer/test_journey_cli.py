@@ -12,9 +12,9 @@ import dagster as dg
 from confluent_kafka.admin import NewTopic
 from typer.testing import CliRunner
 
-from pipeline_project.cli import batches as batches_cli
-from pipeline_project.cli import journey as journey_cli
+from pipeline_project.cli import context
 from pipeline_project.cli.app import app
+from pipeline_project.ops import checkpoints
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.training.checkpoint.store import ResumeState, read_latest, save_checkpoint, upload_checkpoint
 from pipeline_project.training.presets import build_model
@@ -72,20 +72,20 @@ def test_status_shows_pending_running_failed_batches_lag_and_newest_checkpoints(
 
     kafka = KafkaSettings.from_settings(stack)
     admin = kafka.make_admin()  # held until the future completes
-    admin.create_topics([NewTopic(layout.topic, 2, 1)])[layout.topic].result(30)
+    admin.create_topics([NewTopic(layout.topic.name, 2, 1)])[layout.topic.name].result(30)
     producer = kafka.make_producer()
     for partition, count in ((0, 5), (1, 2)):
         for _ in range(count):
-            producer.produce(layout.topic, value=b"x" * 8, partition=partition)
+            producer.produce(layout.topic.name, value=b"x" * 8, partition=partition)
     assert producer.flush(30) == 0
     lineage = f"status-{uuid.uuid4().hex[:6]}"
-    _upload_steps(stack, tmp_path, f"{layout.checkpoints_prefix}{lineage}", layout.topic)
+    _upload_steps(stack, tmp_path, f"{layout.checkpoints_prefix}{lineage}", layout.topic.name)
     s3.put_object(Bucket=stack.bucket, Key=f"{layout.checkpoints_prefix}broken/latest.json", Body=b"{not json")
 
-    monkeypatch.setenv("PIPELINE_TOPIC", layout.topic)
-    monkeypatch.setattr(batches_cli, "dagster_instance", lambda home: instance)
+    monkeypatch.setenv("PIPELINE_TOPIC", layout.topic.name)
+    monkeypatch.setattr(context, "dagster_instance", lambda home: instance)
     monkeypatch.setattr(instance, "__exit__", lambda *a: None)
-    monkeypatch.setattr(journey_cli, "defaults", lambda: (layout.checkpoints_prefix, lineage))
+    monkeypatch.setattr(checkpoints, "defaults", lambda: (layout.checkpoints_prefix, lineage))
     out = CliRunner().invoke(app, ["status", "--json"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.output)
@@ -111,14 +111,14 @@ def test_status_shows_pending_running_failed_batches_lag_and_newest_checkpoints(
 
     human = CliRunner().invoke(app, ["status"]).output
     assert f"failed   {failed}" in human and f"s3://{stack.bucket}/{layout.raw_prefix}a.txt" in human
-    assert f"{lineage}  step 2" in human and f"lag 5 offsets on {layout.topic}" in human
+    assert f"{lineage}  step 2" in human and f"lag 5 offsets on {layout.topic.name}" in human
 
 
 def test_checkpoint_pull_newest_or_a_step_and_one_line_errors(stack, layout, s3, tmp_path, monkeypatch):
     lineage = f"pull-{uuid.uuid4().hex[:6]}"
     prefix = f"{layout.checkpoints_prefix}{lineage}"
-    digests = _upload_steps(stack, tmp_path, prefix, layout.topic)
-    monkeypatch.setattr(journey_cli, "defaults", lambda: (layout.checkpoints_prefix, "deepseek"))
+    digests = _upload_steps(stack, tmp_path, prefix, layout.topic.name)
+    monkeypatch.setattr(checkpoints, "defaults", lambda: (layout.checkpoints_prefix, "deepseek"))
     runner = CliRunner()
 
     def weights(directory):

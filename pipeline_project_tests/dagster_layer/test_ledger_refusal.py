@@ -10,7 +10,8 @@ from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project.streaming.ledger.records import read_ledger_records
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project_tests.dagster_layer.standins import standin_resources
 from pipeline_project_tests.dagster_layer.test_ingest_failures import _batch, _materialize, _objects
 
@@ -38,16 +39,27 @@ def test_recleaning_a_partly_produced_batch_into_other_content_is_refused_until_
     kafka = KafkaResource(bootstrap_servers=stack.kafka_bootstrap, ledger_index_url=pg_url)
     res = {**standin_resources(uid, layout), "kafka": kafka}
     settings = kafka.settings()
-    ensure_topic(settings.make_admin(), layout.topic)
+    ensure_topic(settings.make_admin(), layout.topic.name)
     batch = _batch(instance, res, layout, seed=9)
     assert _materialize(instance, res, batch, [raw_text, cleaned_shards]).success
 
     # token_blocks committed part of the batch with content the input no longer cleans to, then died
     config = ProducerConfig(max_message_bytes=SEQ * 4 * 5, transaction_max_bytes=SEQ * 4 * 5, statistics_interval_ms=0)
     with pytest.raises(OSError, match="killed"):
-        produce_blocks(settings, layout.topic, _interrupted(40), tokenizer=_Tok, seq_len=SEQ, source=batch,
-                       ledger_key=batch, content_hash="0" * 64, config=config)  # fmt: skip
-    assert batch in read_ledger_records(settings, layout.topic, keys=[batch]).progress
+        produce_blocks(
+            settings,
+            ProduceRequest(
+                topic=layout.topic.name,
+                ledger_key=batch,
+                content_hash="0" * 64,
+                source=batch,
+                seq_len=SEQ,
+                tokenizer=_Tok,
+                config=config,
+            ),
+            _interrupted(40),
+        )
+    assert batch in read_ledger_records(settings, layout.topic.name, keys=[batch]).progress
     before = _objects(res, layout)
 
     result = _materialize(instance, res, batch, [cleaned_shards])
@@ -59,5 +71,5 @@ def test_recleaning_a_partly_produced_batch_into_other_content_is_refused_until_
 
     from pipeline_project.streaming.ledger.retire import retire_entry  # here: the refusal above is older than it
 
-    retire_entry(settings, layout.topic, batch, "the input changed upstream", index=None)
+    retire_entry(settings, layout.topic.name, batch, "the input changed upstream", index=None)
     assert _materialize(instance, res, batch, [cleaned_shards]).success

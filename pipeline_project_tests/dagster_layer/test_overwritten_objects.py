@@ -10,9 +10,9 @@ import pytest
 from pipeline_project.definitions import defs
 from pipeline_project.defs.assets import cleaned, raw, token_blocks
 from pipeline_project.defs.assets.cleaned import cleaned_shards
-from pipeline_project.defs.assets.partitions import batches
 from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
+from pipeline_project.defs.partitions import batches
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 from pipeline_project.demo.sample.corpus import prose_document
@@ -80,6 +80,6 @@ def test_an_object_overwritten_after_its_batch_is_ingested_again_once(instance, 
     assert ingest(new[0]) == 1
     assert len(instance.get_dynamic_partitions(batches.name)) == 2
 
-    texts = _topic_texts(stack, layout.topic)
+    texts = _topic_texts(stack, layout.topic.name)
     for marker in (f"Marker{uid}first", f"Marker{uid}second", f"Marker{uid}other"):
         assert sum(t.count(marker) for t in texts) == 1, marker

@@ -7,7 +7,7 @@ import sys
 
 import dagster as dg
 
-from pipeline_project.defs.assets.partitions import MAX_RUNTIME_TAG, TRAINING_RUN_TAGS, with_max_runtime
+from pipeline_project.defs.partitions import MAX_RUNTIME_TAG, TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project_tests.dagster_layer.test_training_concurrency import _enough_untrained_tokens, _tick
 
 CODE = """

@@ -13,11 +13,11 @@ from confluent_kafka import KafkaError, TopicPartition
 from pipeline_project.cleaning import read_shard_manifest
 from pipeline_project.defs.assets import cleaned, raw, token_blocks
 from pipeline_project.defs.assets.cleaned import cleaned_shards
-from pipeline_project.defs.assets.partitions import batches
 from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.assets.token_blocks import _produce, batch_documents
 from pipeline_project.defs.assets.token_blocks import token_blocks as token_blocks_asset
-from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.partitions import batches
+from pipeline_project.defs.resources.layout import PipelineLayout, TopicConfig
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 from pipeline_project.demo.sample.corpus import prose_document
 from pipeline_project.provenance.trace import DocumentCatalog
@@ -34,10 +34,15 @@ WEIGHTS = {"X": 2, "Y": 3, "Z": 1}
 
 
 def _layout(layout: PipelineLayout, topic: str, rehydration: bool) -> PipelineLayout:
-    return PipelineLayout(raw_prefix=layout.raw_prefix, shards_prefix=layout.shards_prefix,
-                          exclusions_prefix=layout.exclusions_prefix, dedup_prefix=layout.dedup_prefix,
-                          checkpoints_prefix=layout.checkpoints_prefix, topic=topic, seq_len=layout.seq_len,
-                          message_bytes=layout.message_bytes, rehydration=rehydration)  # fmt: skip
+    return PipelineLayout(
+        raw_prefix=layout.raw_prefix,
+        shards_prefix=layout.shards_prefix,
+        exclusions_prefix=layout.exclusions_prefix,
+        checkpoints_prefix=layout.checkpoints_prefix,
+        topic=TopicConfig(
+            name=topic, seq_len=layout.topic.seq_len, message_bytes=layout.topic.message_bytes, rehydration=rehydration
+        ),
+    )
 
 
 def _materialize(instance, resources, layout, batch, assets):
@@ -103,7 +108,7 @@ def test_rehydrated_blocks_hold_each_document_weight_times_exactly_once(instance
     with dg.build_sensor_context(instance=instance, resources={"s3": resources["s3"], "layout": layout}) as ctx:
         batch = raw_s3_sensor(ctx).run_requests[0].partition_key
     instance.add_dynamic_partitions(batches.name, [batch])
-    on, off = _layout(layout, layout.topic, True), _layout(layout, f"{layout.topic}-off", False)
+    on, off = _layout(layout, layout.topic.name, True), _layout(layout, f"{layout.topic.name}-off", False)
     result = _materialize(instance, resources, on, batch, [raw_text, cleaned_shards, token_blocks_asset])
     assert result.success
     c, k = _meta(result, "cleaned_shards"), _meta(result)

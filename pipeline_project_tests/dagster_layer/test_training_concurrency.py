@@ -12,7 +12,7 @@ from dagster._core.test_utils import create_run_for_test
 
 from pipeline_project.definitions import defs
 from pipeline_project.defs.assets.checkpoint import refuse_if_another_run_trains
-from pipeline_project.defs.assets.partitions import INGEST_RUN_TAGS, TRAINING_POOL, TRAINING_RUN_TAGS
+from pipeline_project.defs.partitions import INGEST_RUN_TAGS, TRAINING_POOL, TRAINING_RUN_TAGS
 from pipeline_project.defs.resources import training_trigger
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.settings import Settings

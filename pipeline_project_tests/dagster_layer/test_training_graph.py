@@ -8,7 +8,7 @@ import pipeline_project.defs.assets.checkpoint as checkpoint_module
 import pipeline_project.defs.assets.cleaned as cleaned_module
 import pipeline_project.defs.assets.raw as raw_module
 import pipeline_project.defs.assets.token_blocks as token_blocks_module
-from pipeline_project.defs.assets.partitions import batches
+from pipeline_project.defs.partitions import batches
 from pipeline_project.defs.resources.trainer import TrainerResource
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 from pipeline_project.demo.sample.corpus import generate

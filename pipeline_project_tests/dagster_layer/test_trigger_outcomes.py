@@ -13,7 +13,7 @@ from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.test_utils import create_run_for_test
 
 import pipeline_project.defs.sensors.checkpoint_trigger as trigger
-from pipeline_project.defs.assets.partitions import TRAINING_RUN_TAGS
+from pipeline_project.defs.partitions import TRAINING_RUN_TAGS
 from pipeline_project.defs.resources import training_trigger
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor, hold_trigger, release_trigger, retry_delay
 from pipeline_project.settings import Settings

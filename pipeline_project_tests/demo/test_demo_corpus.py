@@ -56,14 +56,14 @@ def test_the_stacks_dagster_runs_with_fim_for_code_and_humaneval_decontamination
     for name in CORPUS_VARS:
         clean_env.setenv(name, env[name])
     resources = build_resources(Settings())
-    assert resources["layout"].fim_policy() == FimPolicy(domains={"code": FimConfig(rate=0.1, mode="psm")})
+    assert resources["layout"].topic_spec.fim == FimPolicy(domains={"code": FimConfig(rate=0.1, mode="psm")})
     decontamination = resources["cleaning"].config().decontamination
     assert decontamination.enabled and [b.name for b in decontamination.benchmarks] == ["humaneval"]
 
 
 def test_the_library_default_stays_off(clean_env):
     resources = build_resources(Settings())
-    assert not resources["layout"].fim_policy().active
+    assert not resources["layout"].topic_spec.fim.active
     assert not resources["cleaning"].config().decontamination.enabled
 
 
@@ -107,9 +107,9 @@ def test_the_demo_sample_through_the_ingest_graph_counts_fim_and_decontaminated_
     """raw_text -> cleaned_shards -> token_blocks on stand-ins, with the stack's Dagster corpus settings: the
     token_blocks metadata and the demo's summary carry the counts, as numbers."""
     from pipeline_project.defs.assets.cleaned import cleaned_shards
-    from pipeline_project.defs.assets.partitions import batches
     from pipeline_project.defs.assets.raw import raw_text
     from pipeline_project.defs.assets.token_blocks import token_blocks
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.resources.cleaning import CleaningResource
     from pipeline_project.defs.resources.layout import PipelineLayout
     from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor

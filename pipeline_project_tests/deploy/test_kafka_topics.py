@@ -61,17 +61,17 @@ def _demanded(monkeypatch) -> dict[str, dict]:
         # the token_blocks asset's call (assets/token_blocks.py), through KafkaResource.ensure_topic
         topics.ensure_topic(
             _NoTopicYet(),
-            layout.topic,
-            partitions=layout.topic_partitions,
-            replication_factor=layout.replication_factor,
-            min_insync_replicas=layout.min_insync_replicas,
-            config=layout.topic_config(),
+            layout.topic.name,
+            partitions=layout.topic.partitions,
+            replication_factor=layout.topic.replication_factor,
+            min_insync_replicas=layout.topic.min_insync_replicas,
+            config=layout.topic_spec.topic_config(),
         )
-    demanded[layout.topic] = created.value.layout
-    admin = _DataTopicMetadata(layout.topic, layout.topic_partitions, layout.replication_factor)
+    demanded[layout.topic.name] = created.value.layout
+    admin = _DataTopicMetadata(layout.topic.name, layout.topic.partitions, layout.topic.replication_factor)
     with pytest.raises(_Created) as created:
-        ledger.ensure_ledger_topic(admin, layout.topic)
-    demanded[ledger.ledger_topic(layout.topic)] = created.value.layout
+        ledger.ensure_ledger_topic(admin, layout.topic.name)
+    demanded[ledger.ledger_topic(layout.topic.name)] = created.value.layout
     return demanded
 
 

@@ -21,6 +21,7 @@ from pipeline_project.defs.resources.launchers import (
     subprocess_command,
 )
 from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.job import JobConfig
 from pipeline_project_tests.deploy.helpers import K8S, REPO, validate_k8s, yaml_docs
 
@@ -37,7 +38,9 @@ def job(monkeypatch) -> JobConfig:
         sasl_password=SECRET,
         ssl_ca_location="/etc/kafka-ca/ca.crt",
     )
-    return JobConfig(kafka=kafka, topic="token-blocks", seq_len=256, dagster_run_id="r-1", partitions=["b1", "b2"])
+    return JobConfig(
+        kafka=kafka, topic=TopicSpec(name="token-blocks", seq_len=256), dagster_run_id="r-1", partitions=["b1", "b2"]
+    )
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ def _job() -> JobConfig:
         {
             "train": {"preset": {"name": "tiny"}, "max_steps": 7, "lr": 1e-3},
             "kafka": kafka,
-            "topic": "token-blocks",
-            "seq_len": 128,
+            "topic": {"name": "token-blocks", "seq_len": 128},
             "s3_endpoint": "http://s3:80",
             "bucket": "pipeline",
             "checkpoint_prefix": "checkpoints/deepseek",

@@ -60,7 +60,7 @@ def _value(result: list[dict]) -> float:
 def _materialize_ingest(instance, resources, layout, s3) -> str:
     from pipeline_project.definitions import defs
     from pipeline_project.defs.assets import cleaned, raw, token_blocks
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
     from pipeline_project.demo.sample.corpus import generate
 
@@ -123,11 +123,11 @@ def test_prometheus_sees_ingest_and_trainer_series_move(prometheus, instance, re
         assert kept[0]["metric"]["job"] == "pipeline_cleaning"
         assert _wait_for(cfg, "pipeline_cleaning_dropped_total", bool)
         # this test's topic is its own: the job's total for it is this batch's count, exactly
-        produced_sel = f'pipeline_produce_messages_total{{topic="{layout.topic}"}}'
+        produced_sel = f'pipeline_produce_messages_total{{topic="{layout.topic.name}"}}'
         produced = _wait_for(cfg, produced_sel, bool)
         assert _value(produced) == messages > 0
         assert produced[0]["metric"]["job"] == "pipeline_produce"
-        assert _value(_wait_for(cfg, f'pipeline_produce_bytes_total{{topic="{layout.topic}"}}', bool)) > 0
+        assert _value(_wait_for(cfg, f'pipeline_produce_bytes_total{{topic="{layout.topic.name}"}}', bool)) > 0
         assert _wait_for(cfg, 'pipeline_kafka_broker_rtt_seconds{stat="avg"}', bool)
         stamps = _wait_for(cfg, "pipeline_batch_last_success_timestamp_seconds", lambda r: len(r) >= 2)
         assert {r["metric"]["asset"] for r in stamps} >= {"cleaned_shards", "token_blocks"}

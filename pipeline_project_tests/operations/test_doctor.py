@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline_project.cli.app import app
-from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.ops.doctor import run_checks
+from pipeline_project.streaming.topic import TopicSpec
 
 pytestmark = pytest.mark.stack
 
@@ -82,7 +82,7 @@ def test_topic_layout_and_retention_are_checked(stack, stack_env):
 
     admin = KafkaSettings.from_settings(stack).make_admin()
     good, odd = f"doctor-{uuid.uuid4().hex[:8]}", f"doctor-{uuid.uuid4().hex[:8]}"
-    layout = PipelineLayout(topic=good)
+    spec = TopicSpec(name=good)
     futures = admin.create_topics([
         NewTopic(good, 8, 3, config={"min.insync.replicas": "2", "retention.ms": "-1", "retention.bytes": "-1"}),
         NewTopic(odd, 2, 1, config={"retention.ms": "60000", "min.insync.replicas": "1", "cleanup.policy": "compact",
@@ -91,9 +91,9 @@ def test_topic_layout_and_retention_are_checked(stack, stack_env):
     for f in futures.values():
         f.result(timeout=30)
     try:
-        checks = {c.name: c for c in run_checks(stack, layout, only=("kafka",), timeout_s=5)}
+        checks = {c.name: c for c in run_checks(stack, spec, only=("kafka",), timeout_s=5)}
         assert checks["kafka.topic"].ok and checks["kafka.topic_config"].ok, checks
-        checks = {c.name: c for c in run_checks(stack, PipelineLayout(topic=odd), only=("kafka",), timeout_s=5)}
+        checks = {c.name: c for c in run_checks(stack, TopicSpec(name=odd), only=("kafka",), timeout_s=5)}
         assert not checks["kafka.topic"].ok and "2 partitions, replication factor 1" in checks["kafka.topic"].detail
         topic_config = checks["kafka.topic_config"]
         assert not topic_config.ok
@@ -120,15 +120,15 @@ def test_secured_kafka_logs_in_reports_acls_and_fails_on_a_wrong_password(secure
     from confluent_kafka.admin import NewTopic
 
     settings = secure.settings_with(stack)
-    layout = PipelineLayout(topic=f"doctor-{uuid.uuid4().hex[:8]}")
-    checks = {c.name: c for c in run_checks(settings, layout, sasl_password=secure.password, only=("kafka",))}
+    spec = TopicSpec(name=f"doctor-{uuid.uuid4().hex[:8]}")
+    checks = {c.name: c for c in run_checks(settings, spec, sasl_password=secure.password, only=("kafka",))}
     assert checks["kafka.brokers"].ok, checks
     acls = checks["kafka.acls"]  # no topic yet: may the user create it? (the secure profile runs no authorizer)
     assert acls.ok and "on the cluster" in acls.detail and "CREATE" in acls.detail, acls
     admin = secure.kafka().make_admin()
-    admin.create_topics([NewTopic(layout.topic, 8, 3)])[layout.topic].result(timeout=30)
-    checks = {c.name: c for c in run_checks(settings, layout, sasl_password=secure.password, only=("kafka",))}
+    admin.create_topics([NewTopic(spec.name, 8, 3)])[spec.name].result(timeout=30)
+    checks = {c.name: c for c in run_checks(settings, spec, sasl_password=secure.password, only=("kafka",))}
     acls = checks["kafka.acls"]
-    assert acls.ok and f"on topic {layout.topic}" in acls.detail and "WRITE" in acls.detail, acls
-    wrong = {c.name: c for c in run_checks(settings, layout, sasl_password="wrong", only=("kafka",), timeout_s=3)}
+    assert acls.ok and f"on topic {spec.name}" in acls.detail and "WRITE" in acls.detail, acls
+    wrong = {c.name: c for c in run_checks(settings, spec, sasl_password="wrong", only=("kafka",), timeout_s=3)}
     assert not wrong["kafka.brokers"].ok and "KAFKA_SECURITY_PROTOCOL" in wrong["kafka.brokers"].hint

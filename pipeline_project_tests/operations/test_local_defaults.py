@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from pipeline_project.ops.doctor import check_s3
-from pipeline_project.settings import LOCAL_S3_ACCESS_KEY, Settings, running_local_s3
+from pipeline_project.settings import LOCAL_S3_ACCESS_KEY, Settings
+from pipeline_project.stack.discovery import running_local_s3, with_local_s3
 
 CLIENT_VARS = ("PIPELINE_S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
 
@@ -50,12 +51,12 @@ def test_shell_aws_keys_never_replace_the_stack_keys_on_its_endpoint(local_stack
     monkeypatch.setenv("PIPELINE_STATE_DIR", str(local_stack.state_dir))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAREALACCOUNT")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "real-secret")
-    s = Settings()
+    s = with_local_s3(Settings())
     assert (s.s3_endpoint, s.s3_access_key) == (local_stack.config.s3_endpoint, LOCAL_S3_ACCESS_KEY)
     assert all(c.ok for c in check_s3(s)), check_s3(s)
     # An endpoint chosen by the user is the user's: the stack's keys never go there.
     monkeypatch.setenv("PIPELINE_S3_ENDPOINT", "https://s3.eu-west-1.amazonaws.com")
-    assert (Settings().s3_endpoint, Settings().s3_access_key) == (
+    assert (with_local_s3(Settings()).s3_endpoint, with_local_s3(Settings()).s3_access_key) == (
         "https://s3.eu-west-1.amazonaws.com",
         "AKIAREALACCOUNT",
     )
@@ -87,6 +88,6 @@ def test_without_a_local_s3_the_hint_names_the_missing_credentials(tmp_path, mon
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    checks = check_s3(Settings(), timeout_s=2)
+    checks = check_s3(with_local_s3(Settings()), timeout_s=2)
     assert checks and not any(c.ok for c in checks)
     assert all("PIPELINE_S3_ENDPOINT is unset and no local stack S3 runs" in c.hint for c in checks), checks

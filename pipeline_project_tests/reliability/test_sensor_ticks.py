@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 import dagster as dg
 import pytest
 
-from pipeline_project.defs.assets.partitions import batches
+from pipeline_project.defs.partitions import batches
 from pipeline_project.defs.resources import build_resources
-from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.layout import IntakeConfig, PipelineLayout
 from pipeline_project.ingest.listing.plan import TickCursor
 from pipeline_project.ingest.manifest import read_manifest
 from pipeline_project_harness.reliability.sensor_daemon import Daemon
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.stack
 @pytest.fixture
 def world(healthy_stack):
     uid = uuid.uuid4().hex[:8]
-    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", full_scan_every=FULL_SCAN_EVERY)
+    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", intake=IntakeConfig(full_scan_every=FULL_SCAN_EVERY))
     res = build_resources(healthy_stack.settings())
     s3 = res["s3"].get_client()
     with dg.instance_for_test() as instance:
@@ -86,7 +86,9 @@ def test_every_object_lands_in_exactly_one_batch_across_daemon_stops(world, sche
 def test_a_scan_over_several_ticks_finds_keys_that_land_behind_and_ahead_of_it(healthy_stack):
     """On the real S3 server, whose Date header and LastModified the scan's `since` relies on."""
     uid = uuid.uuid4().hex[:8]
-    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", full_scan_every=1, full_scan_pages_per_tick=1)
+    layout = PipelineLayout(
+        raw_prefix=f"rel-{uid}/raw/", intake=IntakeConfig(full_scan_every=1, full_scan_pages_per_tick=1)
+    )
     res = build_resources(healthy_stack.settings())
     s3 = res["s3"].get_client()
 
@@ -121,7 +123,7 @@ def test_keys_interleaved_across_source_prefixes_are_each_batched_on_the_next_ti
     """On the real S3 server (its Delimiter listing): each source prefix sorts before the one used before it, and
     with no scans after the first tick every key is still in the batch of the tick right after its upload."""
     uid = uuid.uuid4().hex[:8]
-    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", full_scan_every=0, source_prefix_depth=1)
+    layout = PipelineLayout(raw_prefix=f"rel-{uid}/raw/", intake=IntakeConfig(full_scan_every=0, source_prefix_depth=1))
     res = build_resources(healthy_stack.settings())
     s3 = res["s3"].get_client()
     with dg.instance_for_test() as instance:

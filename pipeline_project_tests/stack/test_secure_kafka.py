@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from pipeline_project.cli.app import app
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.stack import Stack, StackConfig, StackError
-from pipeline_project.stack.kafka.security import BROKER_USER, CLIENT_USER
-from pipeline_project.stack.kafka.tls import generate_ca
+from pipeline_project.stack.security import BROKER_USER, CLIENT_USER
+from pipeline_project.stack.tls import generate_ca
 from pipeline_project.streaming.kafka.client import (
     KafkaAuthenticationError,
     KafkaRefusedError,
@@ -32,7 +32,8 @@ from pipeline_project.streaming.kafka.client import (
     KafkaTLSError,
 )
 from pipeline_project.streaming.kafka.topics import ensure_topic
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project_tests.secure_kafka import SecureCluster, isolated_resources, secure_stack
 
 SEQ = 64
@@ -176,8 +177,19 @@ def test_blocks_produced_over_sasl_ssl_come_back_through_the_loader(secure: Secu
     topic = f"secure-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka.make_admin(), topic, partitions=4, replication_factor=3, min_insync_replicas=2)
     blocks = np.random.default_rng(0).integers(0, 129280, size=(40, SEQ), dtype=np.uint32)
-    report = produce_blocks(kafka, topic, iter([blocks]), tokenizer=Tok, seq_len=SEQ, source="s", ledger_key="b1",
-                            content_hash="h", config=ProducerConfig(max_message_bytes=SEQ * 4 * 4))  # fmt: skip
+    report = produce_blocks(
+        kafka,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="b1",
+            content_hash="h",
+            source="s",
+            seq_len=SEQ,
+            tokenizer=Tok,
+            config=ProducerConfig(max_message_bytes=SEQ * 4 * 4),
+        ),
+        iter([blocks]),
+    )
     assert report.blocks == 40 and len(report.offsets) == 4
     # Commit markers land on the partitions just after commit_transaction returns: wait until read_committed sees
     # them, since a bounded loader reads what was committed when it starts.
@@ -194,7 +206,7 @@ def test_blocks_produced_over_sasl_ssl_come_back_through_the_loader(secure: Secu
 
 def test_ingest_graph_materializes_over_sasl_ssl(secure: SecureCluster, stack, monkeypatch):
     from pipeline_project.defs.assets import cleaned, raw, token_blocks
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
     from pipeline_project.demo.sample.corpus import generate
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project.streaming.kafka.client import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, KafkaSettings
+from pipeline_project.streaming.kafka.client import (
+    CONSUMER_DEFAULTS,
+    PRODUCER_DEFAULTS,
+    KafkaSettings,
+    transactional_id_for,
+)
 from pipeline_project.streaming.kafka.policy import CONSUMER_RULES, PRODUCER_RULES, UnsafeKafkaConfigError
-from pipeline_project.streaming.produce.producer import transactional_id_for
 
 UNSAFE_PRODUCER = [
     ({"transactional.id": "fixed"}, "transactional.id"),

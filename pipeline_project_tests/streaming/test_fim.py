@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
+from pipeline_project.defs.resources.layout import TopicConfig
 from pipeline_project.streaming.produce.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
 from pipeline_project.streaming.produce.packing import DomainPackers
-from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.tokenize import StageTimer, timed_blocks
 from pipeline_project.streaming.tokenizer import load_tokenizer
 
@@ -154,10 +155,10 @@ def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, to
         raise OSError("S3 read failed")
 
     with pytest.raises(OSError, match="S3 read failed"):
-        tokenize_and_produce(s, topic, dies_after(700), config=config, **kw)
+        tokenize_and_produce(s, ProduceRequest(topic=topic, config=config, **kw), dies_after(700))
     committed = len(consume_all(s, topic))
     assert committed > 0  # an interrupted batch: its retry must skip the committed prefix, checked by hash
-    report = tokenize_and_produce(s, topic, iter(docs), config=config, **kw)
+    report = tokenize_and_produce(s, ProduceRequest(topic=topic, config=config, **kw), iter(docs))
     assert report.resumed_blocks > 0 and report.packing_hash == FimPolicy.deepseek().fingerprint()
 
     packer = DomainPackers(64, tok.eos_id)
@@ -167,17 +168,17 @@ def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, to
     assert report.domains["code"]["fim_docs"] == packer.per_domain()["code"]["fim_docs"] > 0
     assert report.domains["en_web"]["fim_docs"] == 0
 
-    assert tokenize_and_produce(s, topic, iter(docs), config=config, **kw).reused
+    assert tokenize_and_produce(s, ProduceRequest(topic=topic, config=config, **kw), iter(docs)).reused
     other = config.model_copy(update={"fim": FimPolicy(domains={"code": FimConfig(rate=0.2)})})
     for changed in (other, config.model_copy(update={"fim": FimPolicy()})):
         with pytest.raises(LedgerConflictError, match="packing fim:"):
-            tokenize_and_produce(s, topic, iter(docs), config=changed, **kw)
+            tokenize_and_produce(s, ProduceRequest(topic=topic, config=changed, **kw), iter(docs))
 
 
 def test_the_layout_resource_turns_fim_on_for_code_only():
     from pipeline_project.defs.resources.layout import PipelineLayout
 
     assert not PipelineLayout().fim_policy().active
-    assert PipelineLayout(fim_code_rate=0.1).fim_policy() == FimPolicy.deepseek()
-    spm = PipelineLayout(fim_code_rate=0.5, fim_mode="spm", fim_seed=3).fim_policy()
+    assert PipelineLayout(topic=TopicConfig(fim_code_rate=0.1)).fim_policy() == FimPolicy.deepseek()
+    spm = PipelineLayout(topic=TopicConfig(fim_code_rate=0.5, fim_mode="spm", fim_seed=3)).fim_policy()
     assert spm.domains == {"code": FimConfig(rate=0.5, mode="spm")} and spm.seed == 3

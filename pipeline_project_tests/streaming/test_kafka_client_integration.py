@@ -23,7 +23,7 @@ def test_ensure_topic_creates_rf3_minisr2_and_verifies(stack):
     name = unique_topic("layout")
     layout = ensure_topic(admin, name, config={"compression.type": "lz4"})
     assert layout.created
-    assert (layout.partitions, layout.replication_factor) == (8, 3)
+    assert (layout.partitions, layout.topic.replication_factor) == (8, 3)
     assert layout.config == {
         "min.insync.replicas": "2",
         "compression.type": "lz4",
@@ -67,7 +67,7 @@ def test_a_compacting_or_small_message_token_topic_is_refused_with_the_fix(stack
     name = unique_topic("compacted")
     ensure_topic(admin, name, config={"cleanup.policy": "compact", "max.message.bytes": 65536})
     with pytest.raises(TopicLayoutMismatchError) as ei:
-        ensure_topic(admin, name, config=layout.topic_config(), message_bytes=layout.message_bytes)
+        ensure_topic(admin, name, config=layout.topic_spec.topic_config(), message_bytes=layout.topic.message_bytes)
     msg = str(ei.value)
     assert "cleanup.policy expected delete, actual compact" in msg
     assert "max.message.bytes expected at least 148480 (messages of 131072 bytes), actual 65536" in msg
@@ -79,7 +79,7 @@ def test_a_compacting_or_small_message_token_topic_is_refused_with_the_fix(stack
         for k, v in (("cleanup.policy", "delete"), ("max.message.bytes", "148480"))
     ])  # fmt: skip
     admin.incremental_alter_configs([res])[res].result(timeout=30)
-    fixed = ensure_topic(admin, name, config=layout.topic_config(), message_bytes=layout.message_bytes)
+    fixed = ensure_topic(admin, name, config=layout.topic_spec.topic_config(), message_bytes=layout.topic.message_bytes)
     assert fixed.config["cleanup.policy"] == "delete" and not fixed.created
 
 

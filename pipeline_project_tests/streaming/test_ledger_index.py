@@ -20,7 +20,8 @@ from pipeline_project.streaming.ledger.records import (
     progress_key,
     read_ledger_records,
 )
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 
 from .kafka_helpers import kafka_settings, recreate_topic, unique_topic
 
@@ -37,8 +38,20 @@ class FakeTok:
 
 def _produce(s, topic, key, index, seed=0):
     blocks = np.random.default_rng(seed).integers(0, 129280, size=(12, SEQ), dtype=np.uint32)
-    return produce_blocks(s, topic, [blocks], tokenizer=FakeTok, seq_len=SEQ, source=key, ledger_key=key,
-                          content_hash=f"h-{key}-{seed}", config=CFG, ledger_index=index)  # fmt: skip
+    return produce_blocks(
+        s,
+        ProduceRequest(
+            topic=topic,
+            ledger_key=key,
+            content_hash=f"h-{key}-{seed}",
+            source=key,
+            seq_len=SEQ,
+            tokenizer=FakeTok,
+            config=CFG,
+            ledger_index=index,
+        ),
+        [blocks],
+    )
 
 
 def _as_json(records):

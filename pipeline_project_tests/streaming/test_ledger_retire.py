@@ -21,7 +21,8 @@ from pipeline_project.streaming.ledger.records import (
 )
 from pipeline_project.streaming.ledger.retire import NothingToRetireError, retire_entry
 from pipeline_project.streaming.ledger.retirements import Retirement
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 
 from .kafka_helpers import consume_all, kafka_settings, unique_topic
 
@@ -51,7 +52,9 @@ def _kw(content: str, **kw) -> dict:
 
 def _partly_produced(s, topic: str, index=None) -> ProgressRecord:
     with pytest.raises(OSError, match="connection reset"):
-        produce_blocks(s, topic, _dies_after(_blocks(60, seed=1), 40), **_kw("h-A", ledger_index=index))
+        produce_blocks(
+            s, ProduceRequest(topic=topic, **_kw("h-A", ledger_index=index)), _dies_after(_blocks(60, seed=1), 40)
+        )
     records = read_ledger_records(s, topic, keys=["b1"])
     assert "b1" not in records.completed
     return records.progress["b1"]
@@ -67,11 +70,11 @@ def test_a_retired_partly_produced_batch_is_produced_afresh_and_audited(stack, p
     assert progress.blocks > 0
     new = _blocks(25, seed=2)  # content B: the batch's input now cleans to this
     with pytest.raises(LedgerConflictError, match="pipeline-project ledger retire b1"):
-        produce_blocks(s, topic, iter([new]), **_kw("h-B", ledger_index=index))
+        produce_blocks(s, ProduceRequest(topic=topic, **_kw("h-B", ledger_index=index)), iter([new]))
 
     (retired,) = retire_entry(s, topic, "b1", "input fixed upstream", operator="tester", index=index)
     assert (retired.kind, retired.content_hash, retired.blocks) == ("progress", "h-A", progress.blocks)
-    report = produce_blocks(s, topic, iter([new]), **_kw("h-B", ledger_index=index))
+    report = produce_blocks(s, ProduceRequest(topic=topic, **_kw("h-B", ledger_index=index)), iter([new]))
     assert (report.blocks, report.resumed_blocks, report.retired_blocks) == (25, 0, progress.blocks)
 
     # Kafka (read from offset 0) and the PostgreSQL index agree: the new entry, no progress, the audit record
@@ -91,7 +94,7 @@ def test_a_retired_partly_produced_batch_is_produced_afresh_and_audited(stack, p
     assert len(consume_all(s, topic)) == report.messages + progress.messages
     # content A cannot come back under the key: its committed blocks are still in the topic
     with pytest.raises(LedgerConflictError, match="was retired"):
-        produce_blocks(s, topic, _dies_after(_blocks(60, seed=1), 100), **_kw("h-A"))
+        produce_blocks(s, ProduceRequest(topic=topic, **_kw("h-A")), _dies_after(_blocks(60, seed=1), 100))
     index.close()
 
 
@@ -102,7 +105,7 @@ def test_a_completed_entry_is_retired_through_the_cli(stack, monkeypatch):
     s = kafka_settings(stack)
     topic = unique_topic("retire-cli")
     ensure_topic(s.make_admin(), topic)
-    first = produce_blocks(s, topic, iter([_blocks(10, seed=3)]), **_kw("h-A"))
+    first = produce_blocks(s, ProduceRequest(topic=topic, **_kw("h-A")), iter([_blocks(10, seed=3)]))
     monkeypatch.setenv("PIPELINE_KAFKA_BOOTSTRAP", stack.kafka_bootstrap)
     runner = CliRunner()
     shown = runner.invoke(app, ["ledger", "show", "b1", "--topic", topic])
@@ -116,7 +119,7 @@ def test_a_completed_entry_is_retired_through_the_cli(stack, monkeypatch):
     assert after["state"] == "retired" and after["blocks_in_topic"] == {"entry": 0, "retired": first.blocks}
     again = runner.invoke(app, ["ledger", "retire", "b1", "--topic", topic, "--reason", "twice"])
     assert again.exit_code == 1 and "nothing to retire" in again.output
-    second = produce_blocks(s, topic, iter([_blocks(4, seed=4)]), **_kw("h-B"))
+    second = produce_blocks(s, ProduceRequest(topic=topic, **_kw("h-B")), iter([_blocks(4, seed=4)]))
     assert not second.reused and second.blocks == 4 and second.retired_blocks == first.blocks
     with pytest.raises(NothingToRetireError):
         retire_entry(s, unique_topic("none"), "b1", "nothing there")
@@ -131,7 +134,7 @@ def test_a_resume_under_another_transactional_id_is_refused(stack):
     progress = _partly_produced(s, topic)
     other = kafka_settings(stack, transactional_id_prefix="elsewhere")
     with pytest.raises(LedgerConflictError, match="transactional id"):
-        produce_blocks(other, topic, _dies_after(_blocks(60, seed=1), 100), **_kw("h-A"))
+        produce_blocks(other, ProduceRequest(topic=topic, **_kw("h-A")), _dies_after(_blocks(60, seed=1), 100))
     assert len(consume_all(s, topic)) == progress.messages  # nothing produced
 
 
@@ -156,7 +159,7 @@ def test_retiring_fences_the_transactional_id_the_entry_was_written_under(stack)
     still holds an open transaction: retiring fences it too, so it cannot commit after the retirement."""
     from confluent_kafka import KafkaException
 
-    from pipeline_project.streaming.produce.producer import transactional_id_for
+    from pipeline_project.streaming.kafka.client import transactional_id_for
 
     s, other = kafka_settings(stack), kafka_settings(stack, transactional_id_prefix="elsewhere")
     topic = unique_topic("fence")

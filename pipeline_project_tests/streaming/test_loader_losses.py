@@ -16,6 +16,7 @@ from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.kafka.format import PAD_TOKEN
 from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
+from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project_tests.streaming.kafka_helpers import recreate_topic, unique_topic
 from pipeline_project_tests.streaming.test_loader_support import (
@@ -187,8 +188,11 @@ def test_a_batch_of_one_short_document_reaches_the_train_loop_with_its_tokens_in
     ensure_topic(kafka.make_admin(), topic, partitions=2)
     text = "a short document"  # 16 bytes: 16 tokens + EOS, far below seq_len
     tok = ByteTokenizer()
-    report = tokenize_and_produce(kafka, topic, iter([text]), tokenizer=tok, seq_len=seq, source="one",
-                                  ledger_key="one", content_hash="h-one")  # fmt: skip
+    report = tokenize_and_produce(
+        kafka,
+        ProduceRequest(topic=topic, ledger_key="one", content_hash="h-one", source="one", seq_len=seq, tokenizer=tok),
+        iter([text]),
+    )
     assert report.blocks == 1  # the whole batch is one partial block: padded, not dropped
     assert (report.tokens, report.tail_tokens) == (17, 17)
     assert (report.pad_tokens, report.dropped_tokens) == (seq - 17, 0)

@@ -21,7 +21,8 @@ from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project.streaming.load.domain_source import make_loader
 from pipeline_project.streaming.load.loader import LoaderConfig
 from pipeline_project.streaming.load.mixture import MixtureConfig
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project_tests.streaming.kafka_helpers import consume_all
 
@@ -67,9 +68,18 @@ def produced(kafka):
     topic = f"test-mixture-{uuid.uuid4().hex[:10]}"
     ensure_topic(kafka.make_admin(), topic, partitions=4, replication_factor=3, min_insync_replicas=2)
     report = produce_blocks(
-        kafka, topic, _items(), tokenizer=_Tok(), seq_len=SEQ_LEN, source="b1", ledger_key="b1", content_hash="c1",
-        config=ProducerConfig(max_message_bytes=5 * SEQ_LEN * 4),  # 5 blocks per message
-    )  # fmt: skip
+        kafka,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="b1",
+            content_hash="c1",
+            source="b1",
+            seq_len=SEQ_LEN,
+            tokenizer=_Tok(),
+            config=ProducerConfig(max_message_bytes=5 * SEQ_LEN * 4),
+        ),
+        _items(),
+    )
     return topic, report
 
 

@@ -20,7 +20,8 @@ from pipeline_project.streaming.errors import LedgerConflictError, VisibilityTim
 from pipeline_project.streaming.kafka.format import decode_message, read_header
 from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project.streaming.ledger.records import read_ledger, read_ledger_records
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.verify import verify_produced
 
 from .kafka_helpers import consume_all, kafka_settings, last_stable_offsets, recreate_topic, unique_topic
@@ -85,7 +86,7 @@ def _assert_complete_and_exact(s, topic, key, report, reference) -> None:
     assert verify_produced(s, report)["blocks"] == N_BLOCKS
     records = read_ledger_records(s, topic)
     assert key in records.completed and key not in records.progress  # the progress record is tombstoned
-    again = produce_blocks(s, topic, iter(()), **_kw(key))
+    again = produce_blocks(s, ProduceRequest(topic=topic, **_kw(key)), iter(()))
     assert again.reused and again.offsets == report.offsets
 
 
@@ -95,7 +96,7 @@ def reference(stack):
     s = kafka_settings(stack)
     topic = unique_topic("ref")
     ensure_topic(s.make_admin(), topic)
-    report = produce_blocks(s, topic, _pieces(_blocks()), **_kw("b1"))
+    report = produce_blocks(s, ProduceRequest(topic=topic, **_kw("b1")), _pieces(_blocks()))
     assert report.messages == 41
     assert _hashes(_stream(s, topic, "b1")) == _hashes(_blocks())
     return report
@@ -115,7 +116,7 @@ def test_a_run_that_fails_after_some_chunks_is_resumed_exactly(stack, reference)
             yielded += len(piece)
 
     with pytest.raises(OSError, match="connection reset"):
-        produce_blocks(s, topic, dies_after(100), **_kw("b1"))
+        produce_blocks(s, ProduceRequest(topic=topic, **_kw("b1")), dies_after(100))
     # 105 blocks were read: chunks 1..6 (90 blocks) staged, each with one message of look-ahead, and committed
     assert len(consume_all(s, topic)) == 18
     assert len(consume_all(s, topic, isolation="read_uncommitted")) == 18  # nothing produced outside a commit
@@ -123,7 +124,7 @@ def test_a_run_that_fails_after_some_chunks_is_resumed_exactly(stack, reference)
     progress = read_ledger_records(s, topic).progress["b1"]
     assert (progress.transactions, progress.blocks, progress.messages) == (6, 90, 18)
 
-    report = produce_blocks(s, topic, _pieces(_blocks()), **_kw("b1"))
+    report = produce_blocks(s, ProduceRequest(topic=topic, **_kw("b1")), _pieces(_blocks()))
     assert report.resumed_blocks == 90
     _assert_complete_and_exact(s, topic, "b1", report, reference)
 
@@ -176,7 +177,9 @@ def test_a_run_killed_inside_a_transaction_is_fenced_and_resumed_exactly(stack, 
     assert len(consume_all(s, topic)) == 6  # two chunks committed
     assert len(consume_all(s, topic, isolation="read_uncommitted")) == 9  # the third is in the zombie's open tx
 
-    report = produce_blocks(s, topic, _pieces(_blocks()), **_kw("b1"))  # same transactional.id: fences the zombie
+    report = produce_blocks(
+        s, ProduceRequest(topic=topic, **_kw("b1")), _pieces(_blocks())
+    )  # same transactional.id: fences the zombie
     assert report.resumed_blocks == 30
     _assert_complete_and_exact(s, topic, "b1", report, reference)
 
@@ -212,7 +215,7 @@ def test_returns_only_once_read_committed_readers_see_the_batch(stack, monkeypat
     ends.start()
     t0 = time.monotonic()
     try:
-        report = produce_blocks(s, topic, [_blocks(12)], **_kw("v1"))
+        report = produce_blocks(s, ProduceRequest(topic=topic, **_kw("v1")), [_blocks(12)])
         waited = time.monotonic() - t0
         stable = last_stable_offsets(s, topic, [0])[0]
     finally:
@@ -228,21 +231,23 @@ def test_returns_only_once_read_committed_readers_see_the_batch(stack, monkeypat
     stuck.flush(30)
     try:
         with pytest.raises(VisibilityTimeoutError, match=rf"{topic}\[0\] last stable offset \d+, written up to"):
-            produce_blocks(s, topic, [_blocks(4, seed=1)], **{**_kw("v2"), "config": CFG.model_copy(
-                update={"visibility_timeout_s": 2.0})})  # fmt: skip
+            produce_blocks(s, ProduceRequest(topic=topic, **{**_kw("v2"), "config": CFG.model_copy(
+                update={"visibility_timeout_s": 2.0})}), [_blocks(4, seed=1)])  # fmt: skip
     finally:
         stuck.abort_transaction(30)
-    assert produce_blocks(s, topic, [_blocks(4, seed=1)], **_kw("v2")).reused  # it was committed all along
+    assert produce_blocks(
+        s, ProduceRequest(topic=topic, **_kw("v2")), [_blocks(4, seed=1)]
+    ).reused  # it was committed all along
 
 
 def test_a_topic_recreated_under_a_kept_ledger_is_a_conflict_not_a_silent_reuse(stack):
     s = kafka_settings(stack)
     topic = unique_topic("recreated")
     ensure_topic(s.make_admin(), topic, partitions=2)
-    first = produce_blocks(s, topic, [_blocks(6)], **_kw("r1"))
+    first = produce_blocks(s, ProduceRequest(topic=topic, **_kw("r1")), [_blocks(6)])
     recreate_topic(s, topic, partitions=2)  # the blocks are gone; the ledger topic is not
     with pytest.raises(LedgerConflictError, match="deleted and recreated") as info:
-        produce_blocks(s, topic, [_blocks(6)], **_kw("r1"))
+        produce_blocks(s, ProduceRequest(topic=topic, **_kw("r1")), [_blocks(6)])
     assert first.topic_id and f"topic id {first.topic_id}" in str(info.value)
     assert consume_all(s, topic) == []
 
@@ -257,7 +262,7 @@ def test_the_ledger_is_read_to_its_high_watermark_so_a_retry_never_misses_a_comm
     s = kafka_settings(stack)
     topic = unique_topic("ledger-hw")
     ensure_topic(s.make_admin(), topic, partitions=2)
-    produce_blocks(s, topic, [_blocks(2)], **_kw("warm-up"))  # the ledger topic exists
+    produce_blocks(s, ProduceRequest(topic=topic, **_kw("warm-up")), [_blocks(2)])  # the ledger topic exists
     other = s.make_transactional_producer("test-other-ledger-" + topic)
     ledger_read = threading.Event()
     real_read = producer_module.read_ledger_records
@@ -285,13 +290,15 @@ def test_the_ledger_is_read_to_its_high_watermark_so_a_retry_never_misses_a_comm
     quick = CFG.model_copy(update={"visibility_timeout_s": 1.0, "ledger_read_timeout_s": 3.0})
     try:
         with pytest.raises(VisibilityTimeoutError, match=r"\.ledger\[0\]"):
-            produce_blocks(s, topic, blocks_while_another_batch_begins(), **{**_kw("k1"), "config": quick})
+            produce_blocks(
+                s, ProduceRequest(topic=topic, **{**_kw("k1"), "config": quick}), blocks_while_another_batch_begins()
+            )
         # k1 is committed. A retry that read the ledger only up to the LSO would miss it and produce it twice;
         # it reads to the high watermark instead, and says why when it cannot get there
         with pytest.raises(ReadTimeoutError, match="high watermark"):
-            produce_blocks(s, topic, [_blocks(10, seed=2)], **{**_kw("k1"), "config": quick})
+            produce_blocks(s, ProduceRequest(topic=topic, **{**_kw("k1"), "config": quick}), [_blocks(10, seed=2)])
     finally:
         other.abort_transaction(30)
-    again = produce_blocks(s, topic, [_blocks(10, seed=2)], **_kw("k1"))
+    again = produce_blocks(s, ProduceRequest(topic=topic, **_kw("k1")), [_blocks(10, seed=2)])
     assert again.reused
     assert _hashes(_stream(s, topic, "k1")) == _hashes(_blocks(10, seed=2))  # once, not twice

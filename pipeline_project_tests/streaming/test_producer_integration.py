@@ -11,7 +11,8 @@ from pipeline_project.streaming.kafka.format import decode_message, read_header
 from pipeline_project.streaming.kafka.topics import ensure_topic
 from pipeline_project.streaming.ledger.records import ledger_topic, read_ledger
 from pipeline_project.streaming.produce.packing import BlockPacker
-from pipeline_project.streaming.produce.producer import ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project.streaming.produce.verify import verify_produced
 from pipeline_project.streaming.tokenizer import load_tokenizer
@@ -67,14 +68,16 @@ def test_produce_blocks_writes_all_blocks_with_offsets_and_spread(topic_and_sett
     pieces = [blocks[:1], blocks[1:50], blocks[50:51], blocks[51:]]
     report = produce_blocks(
         s,
-        topic,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="batch-1",
+            content_hash="h1",
+            source="shard-a",
+            seq_len=SEQ,
+            tokenizer=FakeTok,
+            config=SMALL,
+        ),
         iter(pieces),
-        tokenizer=FakeTok,
-        seq_len=SEQ,
-        source="shard-a",
-        ledger_key="batch-1",
-        content_hash="h1",
-        config=SMALL,
     )
     assert not report.reused
     assert (report.blocks, report.tokens, report.messages) == (203, 203 * SEQ, 41)
@@ -185,15 +188,17 @@ def test_zombie_producer_is_fenced(topic_and_settings):
     # a new incarnation with the same transactional.id fences the zombie and aborts its open transaction
     report = produce_blocks(
         s,
-        topic,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="batch-z",
+            content_hash="hz",
+            source="shard-z",
+            seq_len=SEQ,
+            tokenizer=FakeTok,
+            config=SMALL,
+            transactional_id=txid,
+        ),
         [_blocks(5, 5)],
-        tokenizer=FakeTok,
-        seq_len=SEQ,
-        source="shard-z",
-        ledger_key="batch-z",
-        content_hash="hz",
-        transactional_id=txid,
-        config=SMALL,
     )
     assert report.blocks == 5
     from confluent_kafka import KafkaException
@@ -212,14 +217,16 @@ def test_tokenize_and_produce_on_real_corpus(topic_and_settings):
     texts += [(CORPUS / "en_tinyshakespeare" / "tinyshakespeare_input.txt").read_text(encoding="utf-8")[:60_000]]
     report = tokenize_and_produce(
         s,
-        topic,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="batch-tok",
+            content_hash="ht",
+            source="zh_reviews+shakespeare",
+            seq_len=SEQ,
+            tokenizer=tok,
+            config=ProducerConfig(text_batch_docs=64),
+        ),
         iter(texts),
-        tokenizer=tok,
-        seq_len=SEQ,
-        source="zh_reviews+shakespeare",
-        ledger_key="batch-tok",
-        content_hash="ht",
-        config=ProducerConfig(text_batch_docs=64),
     )
     assert set(report.stage_seconds) == {"setup", "read", "tokenize", "pack", "encode", "produce", "visible"}
     assert report.stage_seconds["tokenize"] > 0
@@ -265,14 +272,16 @@ def test_delivery_failure_inside_transaction_raises_and_aborts(stack):
     with pytest.raises(DeliveryError) as ei:
         produce_blocks(
             s,
-            topic,
+            ProduceRequest(
+                topic=topic,
+                ledger_key="batch-big",
+                content_hash="hb",
+                source="shard-big",
+                seq_len=SEQ,
+                tokenizer=FakeTok,
+                config=ProducerConfig(max_message_bytes=SEQ * 4 * 20),
+            ),
             [_blocks(6, 40)],
-            tokenizer=FakeTok,
-            seq_len=SEQ,
-            source="shard-big",
-            ledger_key="batch-big",
-            content_hash="hb",
-            config=ProducerConfig(max_message_bytes=SEQ * 4 * 20),
         )
     assert ei.value.topic == topic and ei.value.partition in range(8)
     assert consume_all(s, topic) == []
@@ -312,14 +321,16 @@ def test_kafkas_own_console_consumer_reads_the_reported_ranges(topic_and_setting
     topic, s = topic_and_settings
     report = produce_blocks(
         s,
-        topic,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="batch-cc",
+            content_hash="hcc",
+            source="shard-cc",
+            seq_len=SEQ,
+            tokenizer=FakeTok,
+            config=SMALL,
+        ),
         [_blocks(10, 30)],
-        tokenizer=FakeTok,
-        seq_len=SEQ,
-        source="shard-cc",
-        ledger_key="batch-cc",
-        content_hash="hcc",
-        config=SMALL,
     )
     res = kafka_tool(
         "console-consumer",

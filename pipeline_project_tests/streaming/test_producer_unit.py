@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.kafka.client import KafkaSettings, transactional_id_for
 from pipeline_project.streaming.ledger.records import ProduceReport, ledger_topic
 from pipeline_project.streaming.produce.prefetch import prefetch_batches
-from pipeline_project.streaming.produce.producer import ProducerConfig, transactional_id_for
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.staging import read_while, rechunk
 
 
@@ -187,8 +187,11 @@ def test_producer_defaults_pad_the_tail_and_bound_transactions():
 def produce_with_progress_suffix():
     from pipeline_project.streaming.produce.producer import produce_blocks
 
-    produce_blocks(KafkaSettings(bootstrap_servers="a:1"), "t", [], tokenizer=None, seq_len=4, source="s",
-                   ledger_key="k#progress", content_hash="c")  # fmt: skip
+    produce_blocks(
+        KafkaSettings(bootstrap_servers="a:1"),
+        ProduceRequest(topic="t", ledger_key="k#progress", content_hash="c", source="s", seq_len=4, tokenizer=None),
+        [],
+    )
 
 
 def test_read_while_stops_when_setup_is_done_or_at_the_byte_bound():

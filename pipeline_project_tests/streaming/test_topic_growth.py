@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.ops.doctor import run_checks
 from pipeline_project.streaming.errors import TopicLayoutMismatchError
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.kafka.topics import ensure_topic
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project_tests.streaming.kafka_helpers import grow_topic, unique_topic
 
 pytestmark = pytest.mark.stack
@@ -41,7 +41,7 @@ def test_ensure_topic_refuses_fewer_partitions_than_configured(grown):
 
 def test_doctor_accepts_a_grown_topic_and_refuses_a_short_one(stack, grown):
     _, name = grown
-    checks = {c.name: c for c in run_checks(stack, PipelineLayout(topic=name, topic_partitions=2), only=("kafka",))}
+    checks = {c.name: c for c in run_checks(stack, TopicSpec(name=name, partitions=2), only=("kafka",))}
     assert checks["kafka.topic"].ok and "3 partitions" in checks["kafka.topic"].detail, checks["kafka.topic"]
-    short = {c.name: c for c in run_checks(stack, PipelineLayout(topic=name, topic_partitions=4), only=("kafka",))}
+    short = {c.name: c for c in run_checks(stack, TopicSpec(name=name, partitions=4), only=("kafka",))}
     assert not short["kafka.topic"].ok and "3 partitions" in short["kafka.topic"].detail

@@ -20,7 +20,6 @@ def tiny_config(**overrides) -> TrainConfig:
         warmup_steps=2,
         decay_steps=50,
         batch_size=2,
-        seq_len=32,
         seed=0,
         bias_update_speed=1e-2,
         device="cpu",

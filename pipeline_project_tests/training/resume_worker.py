@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training import distributed, run
 from pipeline_project.training.job import JobConfig
 from pipeline_project.training.reporting import Reporter
@@ -42,7 +43,7 @@ info = distributed.init_distributed()
 job = JobConfig(
     train=tiny_config(),
     kafka=KafkaSettings(bootstrap_servers="127.0.0.1:9"),  # never contacted: no loader is built
-    topic="unused",
+    topic=TopicSpec(name="unused"),
     s3_endpoint=args["s3_endpoint"],
     bucket=args["bucket"],
     checkpoint_prefix=args["prefix"],

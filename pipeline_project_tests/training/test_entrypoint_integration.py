@@ -14,6 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
+from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project.training.checkpoint.store import latest_ref, s3_client
 from pipeline_project.training.entrypoint import RESULT_PREFIX
@@ -28,13 +29,15 @@ SEQ_LEN, BATCH = 32, 2
 def _produce(kafka: KafkaSettings, topic: str, key: str, docs: list[str], tokenizer) -> int:
     report = tokenize_and_produce(
         kafka,
-        topic,
+        ProduceRequest(
+            topic=topic,
+            ledger_key=key,
+            content_hash=hashlib.sha256("".join(docs).encode()).hexdigest(),
+            source=key,
+            seq_len=SEQ_LEN,
+            tokenizer=tokenizer,
+        ),
         docs,
-        tokenizer=tokenizer,
-        seq_len=SEQ_LEN,
-        source=key,
-        ledger_key=key,
-        content_hash=hashlib.sha256("".join(docs).encode()).hexdigest(),
     )
     return report.blocks
 
@@ -70,8 +73,7 @@ def test_train_resume_and_nothing_new(stack, tmp_path, deepseek_tokenizer):
     job = {
         "train": {"preset": {"name": "tiny"}, "lr": 3e-3, "warmup_steps": 2, "batch_size": BATCH, "device": "cpu"},
         "kafka": kafka.model_dump(mode="json"),
-        "topic": topic,
-        "seq_len": SEQ_LEN,
+        "topic": {"name": topic, "seq_len": SEQ_LEN},
         "s3_endpoint": stack.s3_endpoint,
         "bucket": stack.bucket,
         "checkpoint_prefix": prefix,

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.job import JobConfig
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.tracking.run import flatten
@@ -43,18 +44,18 @@ def test_positions_of_ranks_sharing_a_partition_are_their_union():
     assert offsets_consumed(starts, ends) == {"0": [0, fast + 1]}
 
 
-def test_job_config_takes_the_topic_block_length_and_unbounded_steps():
+def test_job_config_carries_the_topic_spec_whole_and_unbounded_steps():
     job = JobConfig.model_validate(
         {
             "kafka": {"bootstrap_servers": "k:9092"},
-            "topic": "t",
-            "seq_len": 64,
-            "train": {"seq_len": 512, "max_steps": 0, "preset": {"name": "small"}},
+            "topic": {"name": "t", "seq_len": 64},
+            "train": {"max_steps": 0, "preset": {"name": "small"}},
         }
     )
-    assert job.train.seq_len == 64 and job.train.max_steps is None and job.train.preset.name == "small"
-    with pytest.raises(ValidationError):
-        JobConfig.model_validate({"kafka": {"bootstrap_servers": "k:9092"}, "topic": "t", "unknown": 1})
+    assert job.topic.seq_len == 64 and job.train.max_steps is None and job.train.preset.name == "small"
+    for other in ({"unknown": 1}, {"seq_len": 64}, {"train": {"seq_len": 64}}):  # the block length has one owner
+        with pytest.raises(ValidationError):
+            JobConfig.model_validate({"kafka": {"bootstrap_servers": "k:9092"}, "topic": {"name": "t"}, **other})
 
 
 def test_flatten_makes_comparable_param_names():
@@ -77,8 +78,7 @@ def test_job_file_carries_no_kafka_secret_the_trainer_reads_it_from_env(monkeypa
     )
     job = TrainerResource().job_config(
         kafka=kafka,
-        topic="t",
-        seq_len=64,
+        topic=TopicSpec(name="t", seq_len=64),
         s3_endpoint=None,
         bucket="b",
         checkpoint_prefix="c",

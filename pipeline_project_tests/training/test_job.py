@@ -13,6 +13,7 @@ from pipeline_project.defs.resources.mlflow import MlflowResource
 from pipeline_project.defs.resources.trainer import TrainerResource
 from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_TRAINING_EXPERIMENT
 from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.errors import CheckpointMismatchError, PresetError, TrainingError
 from pipeline_project.training.job import JobConfig
@@ -26,8 +27,7 @@ SASL = KafkaSettings(
 def _job(resource: TrainerResource, kafka: KafkaSettings = SASL) -> JobConfig:
     return resource.job_config(
         kafka=kafka,
-        topic="t",
-        seq_len=64,
+        topic=TopicSpec(name="t", seq_len=64),
         s3_endpoint=None,
         bucket="b",
         checkpoint_prefix="c",
@@ -40,10 +40,10 @@ def _job(resource: TrainerResource, kafka: KafkaSettings = SASL) -> JobConfig:
 def test_an_unset_resource_keeps_the_train_config_defaults():
     job = _job(TrainerResource())
     defaults = TrainConfig()
-    assert job.train == defaults.model_copy(update={"seq_len": 64})
+    assert job.train == defaults and job.topic.seq_len == 64
     assert (defaults.lr, defaults.min_lr, defaults.warmup_steps) == (3e-3, 3e-4, 10)
     assert job.experiment_name == DEFAULT_TRAINING_EXPERIMENT == MlflowResource(tracking_uri="x").experiment_name
-    assert JobConfig(kafka=SASL, topic="t").bucket == DEFAULT_BUCKET
+    assert JobConfig(kafka=SASL, topic=TopicSpec(name="t")).bucket == DEFAULT_BUCKET
 
 
 def test_resource_fields_override_only_when_given():

@@ -1,6 +1,7 @@
 """The trainer's mixture: in TrainConfig / JobConfig, handed to the loader, and reported to MLflow."""
 
 from pipeline_project.streaming.kafka.client import KafkaSettings
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import TrainConfig
 from pipeline_project.training.job import JobConfig
 from pipeline_project.training.tracking.mixture import MixtureReport, final_mixture_metrics
@@ -12,13 +13,13 @@ def test_no_mixture_by_default_and_the_job_file_round_trips_one():
     assert TrainConfig().mixture is None
     job = JobConfig(
         kafka=KafkaSettings(bootstrap_servers="k:1"),
-        topic="t",
+        topic=TopicSpec(name="t"),
         train={"mixture": {"proportions": PROPORTIONS, "on_domain_exhausted": "renormalize"}},
     )
     back = JobConfig.model_validate_json(job.model_dump_json())
     assert back.train.mixture.proportions == dict(sorted(PROPORTIONS.items()))
     assert back.train.mixture.on_domain_exhausted == "renormalize"
-    assert JobConfig(kafka=KafkaSettings(bootstrap_servers="k:1"), topic="t", train={"mixture": {
+    assert JobConfig(kafka=KafkaSettings(bootstrap_servers="k:1"), topic=TopicSpec(name="t"), train={"mixture": {
         "proportions": {"a": 1}}}).train.mixture.on_domain_exhausted == "wait"  # fmt: skip
 
 

@@ -11,6 +11,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
+from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project.training.checkpoint.store import load_latest, s3_client
 from pipeline_project_tests.training.test_entrypoint_integration import CORPUS, _run_trainer
@@ -30,16 +31,24 @@ def test_trainer_draws_the_mixture_keeps_it_in_the_checkpoint_and_takes_new_prop
     docs = [("en_web", en[i : i + 400]) for i in range(0, 6000, 400)]
     docs += [("code", f"def f{i}(x):\n    return x * {i} + {i * i}\n" * 6) for i in range(15)]
     report = tokenize_and_produce(
-        kafka, topic, docs, tokenizer=deepseek_tokenizer, seq_len=SEQ_LEN, source="b1", ledger_key="b1",
-        content_hash=hashlib.sha256(repr(docs).encode()).hexdigest(),
-    )  # fmt: skip
+        kafka,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="b1",
+            content_hash=hashlib.sha256(repr(docs).encode()).hexdigest(),
+            source="b1",
+            seq_len=SEQ_LEN,
+            tokenizer=deepseek_tokenizer,
+        ),
+        docs,
+    )
     assert set(report.domains) == {"en_web", "code"}
 
     prefix = f"checkpoints/test-{topic}"
     job = {
         "train": {"preset": {"name": "tiny"}, "batch_size": BATCH, "device": "cpu", "max_steps": 3,
                   "mixture": {"proportions": {"en_web": 0.75, "code": 0.25}}},
-        "kafka": kafka.model_dump(mode="json"), "topic": topic, "seq_len": SEQ_LEN,
+        "kafka": kafka.model_dump(mode="json"), "topic": {"name": topic, "seq_len": SEQ_LEN},
         "s3_endpoint": stack.s3_endpoint, "bucket": stack.bucket, "checkpoint_prefix": prefix,
         "mlflow_tracking_uri": stack.mlflow_tracking_uri, "experiment_name": "test-training-mixture",
         "mlflow_run_name": f"{topic}-first", "loader_idle_timeout_s": 5, "log_model_to_mlflow": False,

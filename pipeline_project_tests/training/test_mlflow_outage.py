@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
+from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
 from pipeline_project.training.checkpoint.store import latest_ref, s3_client
 from pipeline_project.training.entrypoint import RESULT_PREFIX
@@ -39,17 +40,24 @@ def test_training_checkpoints_and_succeeds_while_mlflow_is_down(stack, tmp_path,
     text = (CORPUS / "en_tinyshakespeare" / "tinyshakespeare_input.txt").read_text(encoding="utf-8")
     docs = [text[0:450], text[450:900]]
     report = tokenize_and_produce(
-        kafka, topic, docs, tokenizer=deepseek_tokenizer, seq_len=SEQ_LEN, source="b1", ledger_key="b1",
-        content_hash=hashlib.sha256("".join(docs).encode()).hexdigest(),
-    )  # fmt: skip
+        kafka,
+        ProduceRequest(
+            topic=topic,
+            ledger_key="b1",
+            content_hash=hashlib.sha256("".join(docs).encode()).hexdigest(),
+            source="b1",
+            seq_len=SEQ_LEN,
+            tokenizer=deepseek_tokenizer,
+        ),
+        docs,
+    )
     assert report.blocks >= 3 * BATCH
 
     prefix = f"checkpoints/test-{topic}"
     job = {
         "train": {"preset": {"name": "tiny"}, "batch_size": BATCH, "device": "cpu", "checkpoint_every": 2},
         "kafka": kafka.model_dump(mode="json"),
-        "topic": topic,
-        "seq_len": SEQ_LEN,
+        "topic": {"name": topic, "seq_len": SEQ_LEN},
         "s3_endpoint": stack.s3_endpoint,
         "bucket": stack.bucket,
         "checkpoint_prefix": prefix,

@@ -4,7 +4,6 @@ re-tokenize (FIM where marked) -> exactly the token blocks the step trained on."
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import uuid
@@ -15,6 +14,7 @@ from confluent_kafka import TopicPartition
 from typer.testing import CliRunner
 
 from pipeline_project.cleaning import CleaningConfig, read_object
+from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
 from pipeline_project.cleaning.output.attributes import ATTRIBUTES_NAME, AttributeWriter, rows_of, signal_columns
 from pipeline_project.cleaning.output.publish import iter_shard_documents, write_manifest
 from pipeline_project.cli.trace import trace_app
@@ -31,9 +31,9 @@ from pipeline_project.streaming.kafka.format import PAD_TOKEN
 from pipeline_project.streaming.load.domain_source import make_loader
 from pipeline_project.streaming.load.loader import LoaderConfig
 from pipeline_project.streaming.produce.fim import FimApplier, FimConfig, FimPolicy, FimSentinels
-from pipeline_project.streaming.produce.producer import ProducerConfig
+from pipeline_project.streaming.produce.request import ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
-from pipeline_project_harness.standins import MemoryDedupIndex, WholeBatchPipeline, publish_batch
+from pipeline_project_harness.standins import WholeBatchPipeline, publish_batch
 from pipeline_project_tests.cleaning.conftest import prose
 from pipeline_project_tests.training.test_entrypoint_integration import _run_trainer
 
@@ -70,7 +70,7 @@ def _publish(s3, bucket: str, batch: str, shards_prefix: str, objects: dict[str,
     writer = AttributeWriter(config, signal_columns(pipeline.chains))
     writer.add(rows_of(result.kept, result.dropped, result.quarantined))
     s3.put_object(Bucket=bucket, Key=f"{shard_dir}{ATTRIBUTES_NAME}", Body=writer.finish({}, {}))
-    manifest = dataclasses.replace(published.manifest, attributes=f"{shard_dir}{ATTRIBUTES_NAME}")
+    manifest = published.manifest.model_copy(update={"attributes": f"{shard_dir}{ATTRIBUTES_NAME}"})
     return write_manifest(s3, bucket, shard_dir, manifest).manifest
 
 
@@ -119,17 +119,25 @@ def test_trace_a_trained_step_back_to_its_raw_objects(stack, tmp_path, deepseek_
     manifest = _publish(s3, bucket, batch, shards_prefix, _raw_objects(f"test-prov-{run}/raw/"))
     ensure_topic(kafka.make_admin(), topic, partitions=2, replication_factor=3)
     report = tokenize_and_produce(
-        kafka, topic, iter_shard_documents(s3, bucket, manifest), tokenizer=deepseek_tokenizer, seq_len=SEQ_LEN,
-        source=batch, ledger_key=batch, content_hash=manifest.content_hash(),
-        config=ProducerConfig(fim=FIM, max_message_bytes=5 * SEQ_LEN * 4),  # 5 blocks a message: many messages
-    )  # fmt: skip
+        kafka,
+        ProduceRequest(
+            topic=topic,
+            ledger_key=batch,
+            content_hash=manifest.content_hash(),
+            source=batch,
+            seq_len=SEQ_LEN,
+            tokenizer=deepseek_tokenizer,
+            config=ProducerConfig(fim=FIM, max_message_bytes=5 * SEQ_LEN * 4),
+        ),
+        iter_shard_documents(s3, bucket, manifest),
+    )
     assert report.domains["code"]["fim_docs"] >= 1 and report.blocks >= STEPS * BATCH
 
     prefix = f"checkpoints/test-prov-{run}"
     job = {
         "train": {"preset": {"name": "tiny"}, "batch_size": BATCH, "device": "cpu", "max_steps": STEPS,
-                  "checkpoint_every": 2, "seq_len": SEQ_LEN},
-        "kafka": kafka.model_dump(mode="json"), "topic": topic, "seq_len": SEQ_LEN,
+                  "checkpoint_every": 2},
+        "kafka": kafka.model_dump(mode="json"), "topic": {"name": topic, "seq_len": SEQ_LEN},
         "s3_endpoint": stack.s3_endpoint, "bucket": bucket, "checkpoint_prefix": prefix,
         "loader_idle_timeout_s": 5, "log_model_to_mlflow": False,
     }  # fmt: skip

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import dagster as dg
 import pytest
 
-from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.layout import PipelineLayout, TopicConfig
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class DemoRuns:
 
 def _ingest(instance, resources, layout, s3, files, cursor):
     from pipeline_project.defs.assets import cleaned, raw, token_blocks
-    from pipeline_project.defs.assets.partitions import batches
+    from pipeline_project.defs.partitions import batches
     from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 
     for f in files:
@@ -81,11 +81,8 @@ def demo_runs(local_stack, stack) -> DemoRuns:
         raw_prefix=f"ui-{uid}/raw/",
         shards_prefix=f"ui-{uid}/shards/",
         exclusions_prefix=f"ui-{uid}/exclusions/",
-        dedup_prefix=f"ui-{uid}/dedup/",
         checkpoints_prefix=f"ui-{uid}/checkpoints/",
-        topic=f"ui-{uid}-blocks",
-        seq_len=64,
-        message_bytes=16 * 1024,
+        topic=TopicConfig(name=f"ui-{uid}-blocks", seq_len=64, message_bytes=16 * 1024),
     )
     resources = build_resources(stack)
     resources.update(

@@ -71,8 +71,11 @@ def test_each_checkpoint_is_a_model_version_with_its_lineage_and_the_alias_moves
 def test_inputs_are_the_kafka_offsets_and_the_shard_manifests(demo_runs, client):
     run = _run(client, demo_runs.second)
     datasets = {d.dataset.name: d for d in run.inputs.dataset_inputs}
-    kafka = datasets[f"kafka:{demo_runs.layout.topic}"]
-    assert kafka.dataset.source_type == "kafka" and json.loads(kafka.dataset.source)["topic"] == demo_runs.layout.topic
+    kafka = datasets[f"kafka:{demo_runs.layout.topic.name}"]
+    assert (
+        kafka.dataset.source_type == "kafka"
+        and json.loads(kafka.dataset.source)["topic"] == demo_runs.layout.topic.name
+    )
     assert json.loads(kafka.dataset.profile)["num_rows"] == len(demo_runs.second.metadata["offsets_consumed"])
     assert {t.key: t.value for t in kafka.tags}["mlflow.data.context"] == "training"
     shards = datasets["cleaned_shards"]

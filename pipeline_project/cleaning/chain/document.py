@@ -1,7 +1,7 @@
 """The per-document part of every profile's chain (`DocumentFilters`), run in process or over a process pool.
 
 Every step before deduplication judges one document at a time (repair, language ID, Gopher, C4, FineWeb, the
-code filters). `workers.FilterPool` routes each document to its profile and runs those steps in worker processes
+code filters). `pool.FilterPool` routes each document to its profile and runs those steps in worker processes
 over slices of a chunk, and returns what the in-process chain would: per profile the kept documents with
 their batch positions, the dropped ones with their reasons, and per-step counts (seconds are summed CPU
 seconds across workers). Deduplication and masking decide in the calling process, in order, so decisions
@@ -47,7 +47,7 @@ def default_workers(memory_per_worker_mb: int = 1024) -> int:
 
 def sink_mask(text: str, config: CleaningConfig, domain: str | None = None) -> str:
     """`text` as the exclusion sink stores it (`publish.exclusion_records_of`): masked as profile `domain` masks."""
-    from pipeline_project.cleaning.output.sink_mask import sink_mask as masked
+    from pipeline_project.cleaning.chain.sink_mask import sink_mask as masked
 
     return masked(text, config, domain)
 
@@ -167,11 +167,3 @@ def merge_outputs(parts: list[FilterOutput]) -> FilterOutput:
     # as the in-process chain lists them: profile by profile, step by step
     dropped.sort(key=lambda d: order[(d.meta.get("domain", ""), d.step)])
     return {name: kept[name] for name in PROFILE_NAMES if name in kept}, dropped, merged, quarantined
-
-
-def __getattr__(name: str):
-    if name == "FilterPool":  # the pool lives in workers.py; `from parallel import FilterPool` still works
-        from pipeline_project.cleaning.chain.pool import FilterPool
-
-        return FilterPool
-    raise AttributeError(name)

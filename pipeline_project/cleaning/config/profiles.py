@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline_project.cleaning.config import (
+from pipeline_project.cleaning.config.steps import (
     FineWebConfig,
     GopherQualityConfig,
     GopherRepetitionConfig,

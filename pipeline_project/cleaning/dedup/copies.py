@@ -14,6 +14,7 @@ import weakref
 from collections import Counter
 from collections.abc import Iterable
 
+from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.output.attributes import duplicate_of
 
 SCHEMA = """
@@ -71,13 +72,18 @@ def counts(index, targets: Iterable[str], attempt: str = "", batch_id: str = "")
 
 
 def batch_copies(
-    batch_id: str, copies: Counter, kept_ids: list[str], late: dict[str, str], index=None, attempt: str = ""
+    batch_id: str,
+    copies: Counter,
+    kept_ids: list[str],
+    late: dict[str, str],
+    index: DedupIndex | None = None,
+    attempt: str = "",
 ) -> dict[str, tuple[int, int]]:
     """The kept documents' copy counts {doc_id: (exact, near)} after the index commit.
 
     `copies`: {(target, kind): n} of the batch's duplicates; `late`: {doc_id: reason} of kept documents the
     index then dropped (their copies pass to what they duplicate, and they are copies themselves). With a
-    PostgreSQL index and an attempt, the copies are recorded there and the counts include earlier batches'."""
+    cross-batch index and an attempt, the copies are recorded there (`DedupIndex.batch_copies`)."""
     moved: Counter = Counter()
     for (target, kind), n in copies.items():
         doc = target[len(batch_id) + 1 :] if target.startswith(batch_id + "/") else None
@@ -88,8 +94,6 @@ def batch_copies(
         if dup:
             moved[dup] += 1
     kept = [d for d in kept_ids if d not in late]
-    if index is not None and attempt and hasattr(index, "cursor"):
-        record(index, attempt, moved)
-        found = counts(index, [f"{batch_id}/{d}" for d in kept], attempt, batch_id)
-        return {d: found[f"{batch_id}/{d}"] for d in kept}
+    if index is not None and attempt:
+        return index.batch_copies(batch_id, attempt, moved, kept)
     return {d: (moved[(f"{batch_id}/{d}", "exact")], moved[(f"{batch_id}/{d}", "near")]) for d in kept}

@@ -2,7 +2,7 @@
 
 `LocalIndex` holds exact content hashes, MinHash band hashes and signatures of the kept documents as sorted numpy
 arrays (key -> entry number), so that a lookup is one vectorized searchsorted per chunk and memory is a few hundred
-bytes per document. The cross-batch index is `dedup_store.PostgresDedupIndex`; `ChainedIndex` looks both up as one.
+bytes per document. The cross-batch index is a `index.DedupIndex` (`postgres.PostgresDedupIndex`); `ChainedIndex` looks both up as one.
 `LocalIndex.from_bytes` reads the index file that earlier versions kept in S3 (`pipeline-project dedup-import`).
 """
 
@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import zstandard
 
+from pipeline_project.cleaning.dedup.index import DedupLookup, IndexEntry
 from pipeline_project.cleaning.errors import IndexFormatError
 
 FILE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    batch_id: str
-    doc_id: str
-
-    def __str__(self) -> str:
-        return f"{self.batch_id}/{self.doc_id}"
 
 
 def _sorted(keys: np.ndarray, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,7 +126,7 @@ class ChainedIndex:
 
     LOCAL_OFFSET = 1 << 62
 
-    def __init__(self, earlier, local: LocalIndex):
+    def __init__(self, earlier: DedupLookup | None, local: LocalIndex):
         self.earlier = earlier
         self.local = local
         self.num_perm = local.num_perm

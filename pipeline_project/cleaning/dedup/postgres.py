@@ -41,18 +41,20 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
 import numpy as np
 
 from pipeline_project.cleaning.dedup import attempts
+from pipeline_project.cleaning.dedup import copies as copy_counts
 from pipeline_project.cleaning.dedup import reserve as reserving
 from pipeline_project.cleaning.dedup.attempts import SCHEMA_VERSION, AttemptLostError
-from pipeline_project.cleaning.dedup.local import IndexEntry, LocalIndex
+from pipeline_project.cleaning.dedup.index import IndexEntry
 from pipeline_project.cleaning.dedup.traffic import IndexTraffic, first_line, row_bytes, signed
 from pipeline_project.cleaning.errors import CleaningError
-from pipeline_project.common.pg_timeouts import connect_kwargs
+from pipeline_project.common.postgres import connect_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -373,28 +375,8 @@ class PostgresDedupIndex:
             row = cur.fetchone()
         return {"entries_estimate": max(0, int(row[0])) if row else 0, "backend": "postgres"}
 
-    # -- migration -------------------------------------------------------------------------------------------
-    def import_index(self, index: LocalIndex) -> int:
-        """Copy an earlier version's S3 index file (`LocalIndex.from_bytes`) in, batch by batch; returns the count."""
-        imported = 0
-        batch_of = np.asarray(index.doc_batch)
-        exact_by_entry = np.zeros(len(index), dtype=np.uint64)
-        exact_by_entry[index.exact_entries] = index.exact_keys
-        bands_by_entry = np.zeros((len(index), index.num_bands), dtype=np.uint64)
-        filled = np.zeros(len(index), dtype=np.int64)
-        for key, entry in zip(index.band_keys.tolist(), index.band_entries.tolist()):
-            if filled[entry] < index.num_bands:
-                bands_by_entry[entry, filled[entry]] = key
-                filled[entry] += 1
-        for b, batch_id in enumerate(index.batches):
-            rows = np.flatnonzero(batch_of == b)
-            self.commit_batch(
-                batch_id,
-                [index.doc_ids[i] for i in rows],
-                exact_by_entry[rows],
-                bands_by_entry[rows],
-                index.signatures[rows],
-                near_threshold=2.0,  # an import keeps every document: nothing is similar enough to drop
-            )
-            imported += len(rows)
-        return imported
+    # -- duplicate-cluster counts ----------------------------------------------------------------------------
+    def batch_copies(self, batch_id: str, attempt: str, copies: Counter, kept: list[str]) -> dict[str, tuple[int, int]]:
+        copy_counts.record(self, attempt, copies)
+        found = copy_counts.counts(self, [f"{batch_id}/{d}" for d in kept], attempt, batch_id)
+        return {d: found[f"{batch_id}/{d}"] for d in kept}

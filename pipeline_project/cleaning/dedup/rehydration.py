@@ -71,8 +71,10 @@ def batch_weights(client, bucket: str, manifest, config: RehydrationConfig) -> d
     if not config.enabled:
         return {}
     if not getattr(manifest, "attributes", ""):
-        raise ValueError(f"batch {manifest.batch_id}: no attribute file (cleaned before copy counts); re-clean it "
-                         "or produce it with rehydration off")  # fmt: skip
+        raise ValueError(
+            f"batch {manifest.batch_id}: no attribute file (cleaned before copy counts); re-clean it "
+            "or produce it with rehydration off"
+        )
     data = client.get_object(Bucket=bucket, Key=manifest.attributes)["Body"].read()
     if manifest.attributes_sha256 and hashlib.sha256(data).hexdigest() != manifest.attributes_sha256:
         raise ValueError(f"batch {manifest.batch_id}: {manifest.attributes} differs from the manifest's sha256")
@@ -100,6 +102,9 @@ def fingerprint(config: RehydrationConfig, weights: Mapping[str, int]) -> str:
     config and the batch's frozen weights: producing a batch again with other weights is refused as other content."""
     if not config.enabled:
         return ""
-    body = json.dumps({"config": config.model_dump(mode="json"), "weights": sorted(weights.items()), "v": 1},
-                      sort_keys=True, separators=(",", ":"))  # fmt: skip
+    body = json.dumps(
+        {"config": config.model_dump(mode="json"), "weights": sorted(weights.items()), "v": 1},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     return "rehydrate:" + hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -78,8 +78,13 @@ def reserve_once(index, batch_id, attempt, doc_ids, exact, bands, sigs, has_sig,
             if estimate >= near_threshold:
                 late[i] = f"near_duplicate_of:{owner[0]}/{owner[1]}"
         if handover:
-            copy_rows(index, cur, "dedup_handover", "attempt, kind, key, doc",
-                       (f"{copy_text(attempt)}\t{kind}\t{k}\t{d}\n" for kind, k, d in handover))  # fmt: skip
+            copy_rows(
+                index,
+                cur,
+                "dedup_handover",
+                "attempt, kind, key, doc",
+                (f"{copy_text(attempt)}\t{kind}\t{k}\t{d}\n" for kind, k, d in handover),
+            )
         if late:
             cur.execute("DELETE FROM dedup_docs WHERE id = ANY(%s)", ([ids[i] for i in late],))
     return late

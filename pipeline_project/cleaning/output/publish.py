@@ -14,18 +14,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict
+
+from pipeline_project.cleaning.chain.sink_mask import sink_mask
 from pipeline_project.cleaning.config import CleaningConfig
-from pipeline_project.cleaning.output.sink_mask import sink_mask
 from pipeline_project.cleaning.records import MAX_DETAIL_CHARS, Dropped, Quarantined
 
 MANIFEST_NAME = "manifest.json"
 EXCLUSIONS_NAME = "excluded.jsonl.zst"
 
 
-@dataclass(frozen=True)
-class ShardEntry:
+class ShardEntry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     key: str
     docs: int
     raw_bytes: int
@@ -33,9 +36,10 @@ class ShardEntry:
     sha256: str
 
 
-@dataclass(frozen=True)
-class ShardManifest:
+class ShardManifest(BaseModel):
     """What `cleaned_shards` wrote for one batch; `counts` add up: in == kept + dropped + quarantined."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     batch_id: str
     config_version: int
@@ -71,27 +75,12 @@ class ShardManifest:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
     def to_json(self) -> bytes:
-        payload = asdict(self)
-        payload["input_keys"] = list(self.input_keys)
-        payload["shards"] = [asdict(s) for s in self.shards]
-        return json.dumps(payload, indent=1, sort_keys=True).encode()
+        return json.dumps(self.model_dump(mode="json"), indent=1, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> ShardManifest:
-        d = json.loads(data)
-        return cls(
-            batch_id=d["batch_id"],
-            config_version=int(d["config_version"]),
-            config_hash=d["config_hash"],
-            input_keys=tuple(d["input_keys"]),
-            counts={k: int(v) for k, v in d["counts"].items()},
-            shards=tuple(ShardEntry(**s) for s in d["shards"]),
-            exclusions=d["exclusions"],
-            dedup_attempt=d.get("dedup_attempt", ""),
-            attributes=d.get("attributes", ""),
-            attributes_sha256=d.get("attributes_sha256", ""),
-            retuned_from=d.get("retuned_from", ""),
-        )
+        """Older manifests lack the fields added since (dedup_attempt, attributes, ...): their defaults."""
+        return cls.model_validate_json(data)
 
 
 @dataclass(frozen=True)

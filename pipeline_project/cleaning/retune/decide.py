@@ -100,9 +100,18 @@ class BatchRetune:
         for row, o in zip(self.rows, self.outcomes):
             if row["decision"] == "kept" and o.decision == "dropped":
                 kind, _, name = o.reason.partition(":")
-                out.append({"batch": self.batch_id, "doc_id": row["doc_id"], "source": row.get("source") or "",
-                            "record": row.get("record") or "", "domain": row.get("domain") or "", "step": o.step,
-                            "reason": o.reason, "benchmark": name if kind == "decontaminated" else None})  # fmt: skip
+                out.append(
+                    {
+                        "batch": self.batch_id,
+                        "doc_id": row["doc_id"],
+                        "source": row.get("source") or "",
+                        "record": row.get("record") or "",
+                        "domain": row.get("domain") or "",
+                        "step": o.step,
+                        "reason": o.reason,
+                        "benchmark": name if kind == "decontaminated" else None,
+                    }
+                )
         return out
 
     def newly_kept(self) -> list[str]:

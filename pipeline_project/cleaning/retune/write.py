@@ -22,7 +22,6 @@ import io
 import json
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -92,9 +91,15 @@ def forget_documents(url: str, schema: str = "dedup") -> Forget:
 
 
 def write_retuned(
-    client, bucket: str, shard_dir: str, manifest: ShardManifest, table: pa.Table, result: BatchRetune,
-    config: CleaningConfig, forget: Forget | None = None,
-) -> ShardManifest:  # fmt: skip
+    client,
+    bucket: str,
+    shard_dir: str,
+    manifest: ShardManifest,
+    table: pa.Table,
+    result: BatchRetune,
+    config: CleaningConfig,
+    forget: Forget | None = None,
+) -> ShardManifest:
     """Publish the retuned batch (see the module docstring); returns the new manifest. `forget`: how the
     dropped documents leave the dedup index (None: they stay, as for a batch cleaned without the index)."""
     dropped = result.newly_dropped()
@@ -116,16 +121,18 @@ def write_retuned(
     counts = dict(manifest.counts)
     counts["kept"] -= len(dropped)
     counts["dropped"] += len(dropped)
-    new = replace(
-        manifest,
-        config_version=config.version,
-        config_hash=config.config_hash(),
-        counts=counts,
-        shards=tuple(shards),
-        exclusions=exclusions,
-        attributes=f"{prefix}{ATTRIBUTES_NAME}",
-        attributes_sha256=sha256(attributes),
-        retuned_from=manifest.retuned_from or manifest.config_hash,
+    new = ShardManifest.model_validate(
+        {
+            **manifest.model_dump(),
+            "config_version": config.version,
+            "config_hash": config.config_hash(),
+            "counts": counts,
+            "shards": tuple(shards),
+            "exclusions": exclusions,
+            "attributes": f"{prefix}{ATTRIBUTES_NAME}",
+            "attributes_sha256": sha256(attributes),
+            "retuned_from": manifest.retuned_from or manifest.config_hash,
+        }
     )
     if forget is not None and manifest.dedup_attempt and dropped:
         forget(manifest.dedup_attempt, sorted(dropped))
@@ -135,15 +142,22 @@ def write_retuned(
 
 
 def _sink_record(record: dict, outcome) -> dict:
-    return {"id": record["id"], "source": record.get("source", ""), "kind": "dropped", "step": outcome.step,
-            "reason": outcome.reason, "text": record["text"], "retuned": True}  # fmt: skip
+    return {
+        "id": record["id"],
+        "source": record.get("source", ""),
+        "kind": "dropped",
+        "step": outcome.step,
+        "reason": outcome.reason,
+        "text": record["text"],
+        "retuned": True,
+    }
 
 
 def _put_shard(client, bucket: str, key: str, records: list[dict]) -> ShardEntry:
     raw = b"".join((json.dumps(r, ensure_ascii=False, default=str) + "\n").encode("utf-8") for r in records)
     data = zstandard.ZstdCompressor(level=3).compress(raw)
     client.put_object(Bucket=bucket, Key=key, Body=data)
-    return ShardEntry(key, len(records), len(raw), len(data), sha256(data))
+    return ShardEntry(key=key, docs=len(records), raw_bytes=len(raw), bytes=len(data), sha256=sha256(data))
 
 
 def _retuned_attributes(table: pa.Table, result: BatchRetune, config: CleaningConfig) -> bytes:

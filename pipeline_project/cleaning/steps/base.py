@@ -37,10 +37,6 @@ class StepStats:
     notes: dict = field(default_factory=dict)
     profile: str = ""  # the cleaning profile whose chain the step belongs to ("" for read and routing)
 
-    @property
-    def docs_out(self) -> int:
-        return self.docs_in - self.dropped
-
     def absorb(self, other: StepStats) -> None:
         """Add another run of the same step (another worker's slice, another chunk) to these counts."""
         self.docs_in += other.docs_in

@@ -38,68 +38,55 @@ log = logging.getLogger(__name__)
 STEP_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
+# Every metric: (attribute of PipelineMetrics, type, name, help, labels)
+METRICS = (
+    # producer (one batch per ProduceReport)
+    ("produce_messages", Counter, "pipeline_produce_messages", "Kafka messages produced", ("topic",)),
+    ("produce_bytes", Counter, "pipeline_produce_bytes", "Token bytes produced", ("topic",)),
+    ("produce_blocks", Counter, "pipeline_produce_blocks", "Token blocks produced", ("topic",)),
+    ("produce_tokens", Counter, "pipeline_produce_tokens", "Real tokens produced", ("topic",)),
+    ("produce_messages_per_s", Gauge, "pipeline_produce_messages_per_second",
+     "Messages per second of the last produce call", ("topic",)),
+    ("produce_bytes_per_s", Gauge, "pipeline_produce_bytes_per_second", "Bytes per second of the last produce call",
+     ("topic",)),
+    ("broker_rtt", Gauge, "pipeline_kafka_broker_rtt_seconds", "Broker round-trip time (librdkafka statistics)",
+     ("client", "stat")),
+    # loader (per rank and partition)
+    ("consumer_lag", Gauge, "pipeline_loader_consumer_lag_messages",
+     "Log end offset minus the loader's delivered position", ("topic", "partition", "rank")),
+    ("loader_data_wait", Gauge, "pipeline_loader_data_wait_fraction",
+     "Share of wall time the loader's consumer waited for data", ("rank",)),
+    ("loader_tokens", Counter, "pipeline_loader_tokens", "Real tokens delivered", ("rank",)),
+    ("loader_dead_letters", Gauge, "pipeline_loader_dead_letters", "Malformed messages skipped", ("rank",)),
+    # trainer (per rank)
+    ("train_tokens", Counter, "pipeline_train_tokens", "Tokens trained on, all ranks", ("rank",)),
+    ("train_tokens_per_s", Gauge, "pipeline_train_tokens_per_second", "Training throughput", ("rank",)),
+    ("train_data_wait", Gauge, "pipeline_train_data_wait_fraction", "Share of the step spent waiting for the batch",
+     ("rank",)),
+    ("train_loss", Gauge, "pipeline_train_loss", "Training loss (mean over ranks)", ("rank",)),
+    ("train_step", Gauge, "pipeline_train_step", "Global step just completed", ("rank",)),
+    ("train_step_seconds", Histogram, "pipeline_train_step_seconds", "Wall time of a step", ("rank",)),
+    ("expert_imbalance", Gauge, "pipeline_train_expert_load_imbalance",
+     "max_i load_i / mean_load - 1 (0: balanced); router 'all': worst", ("rank", "router")),
+    # cleaning (one batch per call)
+    ("documents", Counter, "pipeline_cleaning_documents", "Documents by outcome (in, kept, dropped, quarantined)",
+     ("outcome",)),
+    ("dropped", Counter, "pipeline_cleaning_dropped", "Documents dropped, by reason", ("reason",)),
+    # any pushed step
+    ("batch_last_success", Gauge, "pipeline_batch_last_success_timestamp_seconds",
+     "When a step last pushed a finished batch (Unix time)", ("asset",)),
+)  # fmt: skip
+
+
 class PipelineMetrics:
     """Every metric of the pipeline, registered in one `CollectorRegistry` (what is served or pushed)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
         self._delivered_seen: dict[str, int] = {}
-        # producer (one batch per ProduceReport)
-        self.produce_messages = Counter("pipeline_produce_messages", "Kafka messages produced", ["topic"], registry=r)
-        self.produce_bytes = Counter("pipeline_produce_bytes", "Token bytes produced", ["topic"], registry=r)
-        self.produce_blocks = Counter("pipeline_produce_blocks", "Token blocks produced", ["topic"], registry=r)
-        self.produce_tokens = Counter("pipeline_produce_tokens", "Real tokens produced", ["topic"], registry=r)
-        self.produce_messages_per_s = Gauge(
-            "pipeline_produce_messages_per_second", "Messages per second of the last produce call", ["topic"],
-            registry=r,
-        )  # fmt: skip
-        self.produce_bytes_per_s = Gauge(
-            "pipeline_produce_bytes_per_second", "Bytes per second of the last produce call", ["topic"], registry=r
-        )
-        self.broker_rtt = Gauge(
-            "pipeline_kafka_broker_rtt_seconds", "Broker round-trip time (librdkafka statistics)",
-            ["client", "stat"], registry=r,
-        )  # fmt: skip
-        # loader (per rank and partition)
-        self.consumer_lag = Gauge(
-            "pipeline_loader_consumer_lag_messages", "Log end offset minus the loader's delivered position",
-            ["topic", "partition", "rank"], registry=r,
-        )  # fmt: skip
-        self.loader_data_wait = Gauge(
-            "pipeline_loader_data_wait_fraction", "Share of wall time the loader's consumer waited for data",
-            ["rank"], registry=r,
-        )  # fmt: skip
-        self.loader_tokens = Counter("pipeline_loader_tokens", "Real tokens delivered", ["rank"], registry=r)
-        self.loader_dead_letters = Gauge(
-            "pipeline_loader_dead_letters", "Malformed messages skipped", ["rank"], registry=r
-        )
-        # trainer (per rank)
-        self.train_tokens = Counter("pipeline_train_tokens", "Tokens trained on, all ranks", ["rank"], registry=r)
-        self.train_tokens_per_s = Gauge("pipeline_train_tokens_per_second", "Training throughput", ["rank"], registry=r)
-        self.train_data_wait = Gauge(
-            "pipeline_train_data_wait_fraction", "Share of the step spent waiting for the batch", ["rank"], registry=r
-        )
-        self.train_loss = Gauge("pipeline_train_loss", "Training loss (mean over ranks)", ["rank"], registry=r)
-        self.train_step = Gauge("pipeline_train_step", "Global step just completed", ["rank"], registry=r)
-        self.train_step_seconds = Histogram(
-            "pipeline_train_step_seconds", "Wall time of a step", ["rank"], buckets=STEP_SECONDS_BUCKETS, registry=r
-        )
-        self.expert_imbalance = Gauge(
-            "pipeline_train_expert_load_imbalance", "max_i load_i / mean_load - 1 (0: balanced); router 'all': worst",
-            ["rank", "router"], registry=r,
-        )  # fmt: skip
-        # cleaning (one batch per call)
-        self.documents = Counter(
-            "pipeline_cleaning_documents", "Documents by outcome (in, kept, dropped, quarantined)", ["outcome"],
-            registry=r,
-        )  # fmt: skip
-        self.dropped = Counter("pipeline_cleaning_dropped", "Documents dropped, by reason", ["reason"], registry=r)
-        # any pushed step
-        self.batch_last_success = Gauge(
-            "pipeline_batch_last_success_timestamp_seconds", "When a step last pushed a finished batch (Unix time)",
-            ["asset"], registry=r,
-        )  # fmt: skip
+        for attribute, kind, name, description, labels in METRICS:
+            extra = {"buckets": STEP_SECONDS_BUCKETS} if kind is Histogram else {}
+            setattr(self, attribute, kind(name, description, labels, registry=self.registry, **extra))
 
     def names(self) -> set[str]:
         """The name of every series this set can export: counters' `_total`, histograms' `_bucket`, ..."""
@@ -201,9 +188,15 @@ def _snapshot(metrics: PipelineMetrics, totals: Mapping[Series, float] | None) -
 
 
 def push_job_totals(
-    metrics: PipelineMetrics, *, gateway: str | None, job: str, batch: str, asset: str, totals_url: str,
+    metrics: PipelineMetrics,
+    *,
+    gateway: str | None,
+    job: str,
+    batch: str,
+    asset: str,
+    totals_url: str,
     timeout: float = 5.0,
-) -> bool:  # fmt: skip
+) -> bool:
     """Add `batch`'s counters to `job`'s totals and push the totals and `metrics`' gauges as group `job`.
 
     Idempotent per batch: a retried step pushes the same totals again. Best effort: a Pushgateway or database

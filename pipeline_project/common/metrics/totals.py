@@ -61,9 +61,13 @@ class MetricTotals:
 
     def __init__(self, url: str, schema: str = "pipeline_metrics", connect_timeout_s: int = 5):
         self._db = SchemaConnection(
-            url, schema, _SCHEMA, what="metric totals", error=MetricTotalsUnavailableError,
+            url,
+            schema,
+            _SCHEMA,
+            what="metric totals",
+            error=MetricTotalsUnavailableError,
             connect_timeout_s=connect_timeout_s,
-        )  # fmt: skip
+        )
 
     def __enter__(self) -> MetricTotals:
         return self

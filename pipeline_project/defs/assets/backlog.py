@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import dagster as dg
 
-from pipeline_project.defs.assets.partitions import plain_metadata, untrained_share
+from pipeline_project.defs.partitions import plain_metadata, untrained_share
 
 TOKEN_BLOCKS_KEY = dg.AssetKey("token_blocks")
 CHECKPOINT_KEY = dg.AssetKey("deepseek_checkpoint")

@@ -9,9 +9,9 @@ metadata; an ingest run that gets the batch through runs the check, which then p
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.defs.assets.partitions import batches
 from pipeline_project.defs.assets.token_blocks import token_blocks
 from pipeline_project.defs.instance import PARTITION_TAG, BatchOutcome, batch_outcomes
+from pipeline_project.defs.partitions import batches
 from pipeline_project.defs.resources.layout import PipelineLayout
 
 CHECK_NAME = "batch_not_failed"

@@ -27,13 +27,13 @@ from pipeline_project.defs.assets.backlog import (
     save_training_state,
     untrained_backlog,
 )
-from pipeline_project.defs.assets.partitions import (
+from pipeline_project.defs.assets.token_blocks import token_blocks
+from pipeline_project.defs.partitions import (
     RUN_KIND_TAG,
     TRAINING_POOL,
     TRAINING_RUN_TAGS,
     latest_materialization_metadata,
 )
-from pipeline_project.defs.assets.token_blocks import token_blocks
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.defs.resources.mlflow import MlflowResource
@@ -126,11 +126,10 @@ def deepseek_checkpoint(
     from pipeline_project.cleaning.output.publish import manifest_key
 
     refuse_if_another_run_trains(context.instance, context.run.run_id)
-    batches = untrained_topic_batches(context.instance, layout.topic)
+    batches = untrained_topic_batches(context.instance, layout.topic.name)
     job = trainer.job_config(
         kafka=kafka.settings(),
-        topic=layout.topic,
-        seq_len=layout.seq_len,
+        topic=layout.topic_spec,
         s3_endpoint=s3.endpoint_url,
         bucket=layout.bucket,
         checkpoint_prefix=f"{layout.checkpoints_prefix}{trainer.run_name}",
@@ -141,7 +140,7 @@ def deepseek_checkpoint(
         batch_offsets=batches,
         max_steps=config.max_steps,
     )
-    context.log.info(f"training on topic {layout.topic} ({len(batches)} batches not yet wholly trained)")
+    context.log.info(f"training on topic {layout.topic.name} ({len(batches)} batches not yet wholly trained)")
     return trainer.run(context, job)
 
 

@@ -3,14 +3,15 @@
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.defs.assets.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
+from pipeline_project.cleaning.read.batch import iter_batch_items
 from pipeline_project.defs.assets.raw import raw_text
+from pipeline_project.defs.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
 from pipeline_project.defs.resources.cleaning import CleaningResource
 from pipeline_project.defs.resources.dedup import DedupIndexResource
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.defs.resources.pushgateway import PushgatewayResource
-from pipeline_project.ingest.manifest import iter_batch_items, read_manifest
+from pipeline_project.ingest.manifest import read_manifest
 
 
 def refuse_other_content(records, content_hash: str, batch_id: str, topic: str) -> None:
@@ -66,9 +67,10 @@ def cleaned_shards(
         index,
         iter_batch_items(client, manifest, config),
         records,
-        lambda m: refuse_other_content(kafka.ledger_records(layout.topic, batch_id), m.content_hash(), batch_id,
-                                       layout.topic),
-    )  # fmt: skip
+        lambda m: refuse_other_content(
+            kafka.ledger_records(layout.topic.name, batch_id), m.content_hash(), batch_id, layout.topic.name
+        ),
+    )
     publish.delete_superseded(client, layout.bucket, previous, outcome.manifest)
     out = outcome.out
     context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {run.workers} filter workers")
@@ -88,8 +90,9 @@ def _open_index(dedup: DedupIndexResource, config, client, layout: PipelineLayou
     )
 
 
-def _attempt(context: dg.AssetExecutionContext, client, layout: PipelineLayout, cleaning: CleaningResource, config,
-             manifest):  # fmt: skip
+def _attempt(
+    context: dg.AssetExecutionContext, client, layout: PipelineLayout, cleaning: CleaningResource, config, manifest
+):
     """This run and try's attempt: it writes under prefixes of its own (see `cleaning.batch_attempt`)."""
     from pipeline_project.cleaning.attempt import BatchAttempt
 

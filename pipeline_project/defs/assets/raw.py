@@ -5,7 +5,7 @@ from collections import Counter
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.defs.assets.partitions import NETWORK_RETRY, batches
+from pipeline_project.defs.partitions import NETWORK_RETRY, batches
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.ingest.manifest import manifest_key, read_manifest
 

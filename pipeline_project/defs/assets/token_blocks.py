@@ -5,7 +5,7 @@ from dagster_aws.s3 import S3Resource
 
 from pipeline_project.common.run_tags import config_hash, run_tags
 from pipeline_project.defs.assets.cleaned import cleaned_shards
-from pipeline_project.defs.assets.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
+from pipeline_project.defs.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.defs.resources.mlflow import MlflowResource
@@ -84,7 +84,7 @@ def token_blocks(
 
 def batch_documents(client, layout: PipelineLayout, manifest):
     """The batch's kept documents as the producer reads them, and the rehydration fingerprint ("" when off):
-    with `layout.rehydration`, each with its weight, frozen from the batch's attribute file."""
+    with `layout.topic.rehydration`, each with its weight, frozen from the batch's attribute file."""
     from pipeline_project.cleaning.dedup.rehydration import batch_weights, fingerprint, iter_weighted_documents
     from pipeline_project.cleaning.output.publish import iter_shard_documents
 
@@ -97,24 +97,15 @@ def batch_documents(client, layout: PipelineLayout, manifest):
 
 def _produce(kafka: KafkaResource, layout: PipelineLayout, documents, batch_id: str, manifest, rehydration: str):
     """Make sure the topic exists as the layout says, then produce the batch's documents into it, once."""
-    kafka.ensure_topic(
-        layout.topic,
-        partitions=layout.topic_partitions,
-        replication_factor=layout.replication_factor,
-        min_insync_replicas=layout.min_insync_replicas,
-        config=layout.topic_config(),
-        message_bytes=layout.message_bytes,
-    )
+    spec = layout.topic_spec
+    kafka.ensure_token_topic(spec)
     return kafka.produce_token_blocks(
-        layout.topic,
+        spec,
         documents,
-        seq_len=layout.seq_len,
         source=batch_id,
         ledger_key=batch_id,
         content_hash=manifest.content_hash(),
-        max_message_bytes=layout.message_bytes,
-        fim=layout.fim_policy(),
-        **({"rehydration": rehydration} if rehydration else {}),
+        rehydration=rehydration,
     )
 
 
@@ -122,16 +113,17 @@ def stage_seconds(report) -> dict[str, float]:
     return {f"seconds_{k}": round(float(v), 4) for k, v in (report.stage_seconds or {}).items()}
 
 
-def _log_produce_run(context: dg.AssetExecutionContext, mlflow: MlflowResource, layout: PipelineLayout, manifest,
-                     report) -> str | None:  # fmt: skip
+def _log_produce_run(
+    context: dg.AssetExecutionContext, mlflow: MlflowResource, layout: PipelineLayout, manifest, report
+) -> str | None:
     """The MLflow run of a batch produced now (not reused); returns its URL."""
     batch_id = context.partition_key
     kafka_metrics = {f"kafka_{k}": v for k, v in (report.kafka_stats or {}).items() if isinstance(v, (int, float))}
     hashed = {
         "cleaning": manifest.config_hash,
-        "seq_len": layout.seq_len,
+        "seq_len": layout.topic.seq_len,
         "tokenizer": report.tokenizer_hash,
-        "message_bytes": layout.message_bytes,
+        "message_bytes": layout.topic.message_bytes,
         **({"fim": report.packing_hash} if report.packing_hash else {}),
     }
     return mlflow.log_ingest_run(
@@ -141,10 +133,14 @@ def _log_produce_run(context: dg.AssetExecutionContext, mlflow: MlflowResource, 
             partition=batch_id,
             asset="token_blocks",
             config_hash=config_hash(hashed),
-            topic=layout.topic,
+            topic=layout.topic.name,
             batch=batch_id,  # = partition; kept for searches written before the shared vocabulary
         ),
-        params={"seq_len": layout.seq_len, "partitions": layout.topic_partitions, "tokenizer": report.tokenizer_name},
+        params={
+            "seq_len": layout.topic.seq_len,
+            "partitions": layout.topic.partitions,
+            "tokenizer": report.tokenizer_name,
+        },
         metrics={
             "blocks": report.blocks,
             "tokens": report.tokens,
@@ -161,7 +157,7 @@ def produce_metadata(layout: PipelineLayout, report, dropped_by_reason: dict, ml
     """The asset's materialization metadata for a produce `report` (`dropped_by_reason`: from cleaned_shards)."""
     ranges = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}
     metadata = {
-        "topic": layout.topic,
+        "topic": layout.topic.name,
         "blocks": report.blocks,
         "messages": report.messages,
         "tokens": report.tokens,  # real tokens: padding is not counted
@@ -176,7 +172,7 @@ def produce_metadata(layout: PipelineLayout, report, dropped_by_reason: dict, ml
         "reused_existing": bool(report.reused),
         "tokenizer": report.tokenizer_name,
         "tokenizer_hash": report.tokenizer_hash,
-        "seq_len": layout.seq_len,
+        "seq_len": layout.topic.seq_len,
         **stage_seconds(report),
     }
     if report.domains:
@@ -225,7 +221,7 @@ def topic_holds_claimed_blocks(
 ) -> dg.AssetCheckResult:
     meta = latest_materialization_metadata(context.instance, token_blocks.key, context.partition_key)
     claimed = meta.get("offset_ranges") or {}
-    report = kafka.ledger_entry(layout.topic, context.partition_key)
+    report = kafka.ledger_entry(layout.topic.name, context.partition_key)
     if report is None:
         return dg.AssetCheckResult(passed=False, metadata={"problem": "no ledger entry for this batch"})
     recorded = {str(p): [int(a), int(b)] for p, (a, b) in report.offsets.items()}

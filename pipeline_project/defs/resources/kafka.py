@@ -20,6 +20,8 @@ from pipeline_project.streaming.kafka.client import (
     TopicLayout,
     ensure_topic,
 )
+from pipeline_project.streaming.produce.request import ProduceRequest
+from pipeline_project.streaming.topic import TopicSpec
 
 if TYPE_CHECKING:
     from pipeline_project.streaming.ledger.records import LedgerRecords, ProduceReport
@@ -84,40 +86,42 @@ class KafkaResource(dg.ConfigurableResource):
     def producer(self, stats: KafkaStats | None = None):
         return self.settings().make_producer(stats)
 
-    def transactional_producer(self, transactional_id: str, stats: KafkaStats | None = None):
-        return self.settings().make_transactional_producer(transactional_id, stats=stats)
-
     def consumer(self, **kwargs: Any):
         return self.settings().make_consumer(**kwargs)
 
-    def produce_token_blocks(self, topic: str, texts: Iterable[str | tuple[str | None, str]], *, seq_len: int,
-                             source: str, ledger_key: str, content_hash: str, max_message_bytes: int,
-                             fim: Any = None, rehydration: str = "") -> ProduceReport:  # fmt: skip
-        """Tokenize, pack and produce one batch in bounded transactions, with its ledger records, once per ledger key.
+    def produce_token_blocks(
+        self,
+        spec: TopicSpec,
+        texts: Iterable[str | tuple[str | None, str]],
+        *,
+        source: str,
+        ledger_key: str,
+        content_hash: str,
+        rehydration: str = "",
+    ) -> ProduceReport:
+        """Tokenize, pack and produce one batch into the topic `spec` names, in bounded transactions, with its
+        ledger records, once per ledger key; blocks as the spec says (length, message size, fill-in-the-middle).
 
         `texts` may be `(domain, text)` pairs: packed per domain, each message with its `domain` header.
-        `fim`: a `streaming.fim.FimPolicy` (None: no fill-in-the-middle).
-        `rehydration`: the fingerprint of the texts' weights (`cleaning.rehydration.fingerprint`; "" when off).
+        `rehydration`: the fingerprint of the texts' weights (`cleaning.dedup.rehydration.fingerprint`; "" when off).
         """
-        from pipeline_project.streaming.produce.producer import ProducerConfig
+        from pipeline_project.streaming.produce.request import ProducerConfig
         from pipeline_project.streaming.produce.tokenize import tokenize_and_produce
         from pipeline_project.streaming.tokenizer import load_tokenizer
 
+        config = ProducerConfig(max_message_bytes=spec.message_bytes, fim=spec.fim, rehydration=rehydration)
         with self.ledger_index() as index:
-            return tokenize_and_produce(
-                self.settings(),
-                topic,
-                texts,
-                tokenizer=load_tokenizer(),
-                seq_len=seq_len,
-                source=source,
+            request = ProduceRequest(
+                topic=spec.name,
                 ledger_key=ledger_key,
                 content_hash=content_hash,
-                config=ProducerConfig(
-                    max_message_bytes=max_message_bytes, rehydration=rehydration, **({"fim": fim} if fim else {})
-                ),
+                source=source,
+                seq_len=spec.seq_len,
+                tokenizer=load_tokenizer(),
+                config=config,
                 ledger_index=index,
             )
+            return tokenize_and_produce(self.settings(), request, texts)
 
     def ledger_entry(self, topic: str, ledger_key: str) -> ProduceReport | None:
         from pipeline_project.streaming.ledger.records import read_ledger
@@ -153,14 +157,14 @@ class KafkaResource(dg.ConfigurableResource):
 
         return verify_produced(self.settings(), report)
 
-    def ensure_topic(self, name: str, partitions: int, replication_factor: int, min_insync_replicas: int,
-                     config: dict[str, Any] | None = None, message_bytes: int | None = None) -> TopicLayout:  # fmt: skip
+    def ensure_token_topic(self, spec: TopicSpec) -> TopicLayout:
+        """Create the token topic as `spec` lays it out, or check that the existing one has that layout."""
         return ensure_topic(
             self.admin(),
-            name,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            min_insync_replicas=min_insync_replicas,
-            config=config,
-            message_bytes=message_bytes,
+            spec.name,
+            partitions=spec.partitions,
+            replication_factor=spec.replication_factor,
+            min_insync_replicas=spec.min_insync_replicas,
+            config=spec.topic_config(),
+            message_bytes=spec.message_bytes,
         )

@@ -1,4 +1,5 @@
-"""Where the pipeline keeps things: one bucket, fixed prefixes, one topic. Configurable per deployment."""
+"""Where the pipeline keeps things, per deployment: the bucket and its prefixes (storage), the token topic
+(`TopicConfig`, the Dagster face of `streaming.topic.TopicSpec`) and how raw objects become batches (`IntakeConfig`)."""
 
 from __future__ import annotations
 
@@ -6,40 +7,52 @@ import dagster as dg
 
 from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_FIM_CODE_RATE, DEFAULT_RAW_PREFIX, DEFAULT_TOPIC
 from pipeline_project.streaming.kafka.format import DEFAULT_MESSAGE_BYTES, DEFAULT_SEQ_LEN
+from pipeline_project.streaming.topic import TopicSpec
 
 
-class PipelineLayout(dg.ConfigurableResource):
-    bucket: str = DEFAULT_BUCKET
-    raw_prefix: str = DEFAULT_RAW_PREFIX
-    shards_prefix: str = "shards/"
-    exclusions_prefix: str = "exclusions/"
-    dedup_prefix: str = "dedup/"
-    checkpoints_prefix: str = "checkpoints/"
-    topic: str = DEFAULT_TOPIC
-    topic_partitions: int = 8
+class TopicConfig(dg.Config):
+    """The token topic as Dagster config: `spec()` is the `TopicSpec` every part of the pipeline gets. The fields
+    are TopicSpec's (a test keeps them equal), with fill-in-the-middle for the code domain as three fields."""
+
+    name: str = DEFAULT_TOPIC
+    partitions: int = 8
     replication_factor: int = 3
     min_insync_replicas: int = 2
     retention_ms: int = -1
-    """The token topic's retention.ms. -1 (the default) keeps blocks forever: a checkpoint's saved position must
-    still find them. A finite value lets the brokers delete blocks a trainer has not read yet (the loader then
-    refuses to start, naming the lost offsets)."""
+    """retention.ms; -1 (the default) keeps blocks forever: a checkpoint's saved position must still find them."""
     retention_bytes: int = -1
-    """The token topic's retention.bytes per partition; -1 (the default): no size limit."""
+    """retention.bytes per partition; -1 (the default): no size limit."""
     seq_len: int = DEFAULT_SEQ_LEN
+    message_bytes: int = DEFAULT_MESSAGE_BYTES
+    """Target Kafka message size (`streaming.kafka.format.DEFAULT_MESSAGE_BYTES` says why this default)."""
     fim_code_rate: float = DEFAULT_FIM_CODE_RATE
-    """Fill-in-the-middle (`streaming.fim`) for the code domain: the fraction of code documents laid out
+    """Fill-in-the-middle (`streaming.produce.fim`) for the code domain: the fraction of code documents laid out
     prefix-suffix-middle (DeepSeek-V3: 0.1; $PIPELINE_FIM_CODE_RATE, which the local stack's Dagster sets). 0 (the
-    default) is off; other domains never get FIM. Part of the
-    ledger fingerprint: a batch produced with one rate is refused with another."""
+    default) is off; other domains never get FIM. Part of the ledger fingerprint: a batch produced with one rate is
+    refused with another."""
     fim_mode: str = "psm"
     """"psm" (DeepSeek-V3) or "spm"."""
     fim_seed: int = 0
     rehydration: bool = False
-    """FineWeb-2 rehydration (`cleaning.rehydration`): `token_blocks` packs each kept document as many times as
+    """FineWeb-2 rehydration (`cleaning.dedup.rehydration`): `token_blocks` packs each kept document as many times as
     its duplicate-cluster size, frozen in the batch's attribute file, says (1x..8x). Off by default. Part of the
     ledger fingerprint: a batch produced with it off is refused with it on, and the other way round."""
-    message_bytes: int = DEFAULT_MESSAGE_BYTES
-    """Target Kafka message size (`streaming.format.DEFAULT_MESSAGE_BYTES` says why this default)."""
+
+    def spec(self) -> TopicSpec:
+        from pipeline_project.streaming.produce.fim import FimConfig, FimPolicy
+
+        fim = FimPolicy()
+        if self.fim_code_rate:
+            fim = FimPolicy(
+                domains={"code": FimConfig(rate=self.fim_code_rate, mode=self.fim_mode)}, seed=self.fim_seed
+            )
+        fields = self.model_dump(exclude={"fim_code_rate", "fim_mode", "fim_seed"})
+        return TopicSpec(**fields, fim=fim)
+
+
+class IntakeConfig(dg.Config):
+    """How the raw S3 sensor turns new objects into batches: the size of a batch, and the listing's bounds."""
+
     max_objects_per_batch: int = 500
     max_batch_mb: int = 1024
     """A batch closes at max_objects_per_batch objects or max_batch_mb of raw bytes, whichever comes first."""
@@ -56,7 +69,6 @@ class PipelineLayout(dg.ConfigurableResource):
     """A scan takes objects stamped up to this long before the previous scan began. An object can be stamped
     before it is listable (a multipart upload carries the time it was initiated), so this bounds how long an
     upload of a key that sorts before the cursor may take. The cursor holds the keys taken over this window."""
-
     source_prefix_depth: int = 1
     """Prefixes this many levels under raw_prefix are sources with cursors of their own (1: `raw/books/`,
     `raw/web/`), so a new key is found on the next tick even when it sorts before the keys taken (a new source,
@@ -67,30 +79,27 @@ class PipelineLayout(dg.ConfigurableResource):
     """At most this many sources keep a position in the cursor (the one idle longest is dropped first; the scan
     covers a dropped source). Each tick lists each of them once, for at most 15 s, the rest on the next tick."""
 
-    def fim_policy(self):
-        """The producer's `FimPolicy` from fim_code_rate / fim_mode / fim_seed (off at rate 0)."""
-        from pipeline_project.streaming.produce.fim import FimConfig, FimPolicy
 
-        if not self.fim_code_rate:
-            return FimPolicy()
-        return FimPolicy(domains={"code": FimConfig(rate=self.fim_code_rate, mode=self.fim_mode)}, seed=self.fim_seed)
+class PipelineLayout(dg.ConfigurableResource):
+    bucket: str = DEFAULT_BUCKET
+    raw_prefix: str = DEFAULT_RAW_PREFIX
+    shards_prefix: str = "shards/"
+    exclusions_prefix: str = "exclusions/"
+    checkpoints_prefix: str = "checkpoints/"
+    topic: TopicConfig = TopicConfig()
+    intake: IntakeConfig = IntakeConfig()
+
+    @property
+    def topic_spec(self) -> TopicSpec:
+        return self.topic.spec()
 
     def rehydration_config(self):
         from pipeline_project.cleaning.dedup.rehydration import RehydrationConfig
 
-        return RehydrationConfig(enabled=self.rehydration)
-
-    def topic_config(self) -> dict[str, int | str]:
-        """Topic configs the token topic is created with, and checked against when it exists. Compaction would
-        reject the key-less block messages (and delete blocks if they had keys): the topic must only delete."""
-        return {"cleanup.policy": "delete", "retention.ms": self.retention_ms, "retention.bytes": self.retention_bytes}
+        return RehydrationConfig(enabled=self.topic.rehydration)
 
     def shard_dir(self, batch_id: str) -> str:
         return f"{self.shards_prefix}{batch_id}/"
 
     def exclusions_dir(self, batch_id: str) -> str:
         return f"{self.exclusions_prefix}{batch_id}/"
-
-    @property
-    def dedup_index_key(self) -> str:
-        return f"{self.dedup_prefix}index.bin"

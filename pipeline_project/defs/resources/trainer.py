@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, get_args
 import dagster as dg
 
 from pipeline_project.defs.resources.launchers import TrainerLaunch, launch_trainer
+from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import PresetName  # pure pydantic: no torch
 
 if TYPE_CHECKING:
@@ -74,14 +75,12 @@ class TrainerResource(dg.ConfigurableResource):
     """With a mixture: `wait` (TrainConfig's default), `stop` or `renormalize` when a domain runs dry."""
     metrics_port: int = 0
     """The trainer ranks' Prometheus /metrics base port (PIPELINE_METRICS_PORT; rank r: base + local rank); 0: off."""
-    """How the trainer starts: `subprocess` (default) or `k8s` (a GPU pod); see `resources/launchers.py`."""
 
     def job_config(
         self,
         *,
         kafka: KafkaSettings,
-        topic: str,
-        seq_len: int,
+        topic: TopicSpec,
         s3_endpoint: str | None,
         bucket: str,
         checkpoint_prefix: str,
@@ -120,7 +119,6 @@ class TrainerResource(dg.ConfigurableResource):
                 "train": train,
                 "kafka": kafka,  # its SASL password stays out of the job file (JobConfig's serializer)
                 "topic": topic,
-                "seq_len": seq_len,
                 "s3_endpoint": s3_endpoint,
                 "bucket": bucket,
                 "checkpoint_prefix": checkpoint_prefix,

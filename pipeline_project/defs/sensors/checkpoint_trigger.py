@@ -35,7 +35,7 @@ import dagster as dg
 
 from pipeline_project.defs.assets.backlog import Backlog, untrained_backlog
 from pipeline_project.defs.assets.checkpoint import IN_FLIGHT, deepseek_checkpoint, training_runs
-from pipeline_project.defs.assets.partitions import TRAINING_RUN_TAGS, with_max_runtime
+from pipeline_project.defs.partitions import TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project.defs.resources.trigger import TrainingTrigger
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor, active_hold, last_training
 

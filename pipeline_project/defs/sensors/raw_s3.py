@@ -3,8 +3,8 @@
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from pipeline_project.defs.assets.partitions import INGEST_RUN_TAGS, batches
 from pipeline_project.defs.jobs import ingest_batch
+from pipeline_project.defs.partitions import INGEST_RUN_TAGS, batches
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.ingest.listing.plan import Limits, TickCursor, plan_tick
 from pipeline_project.ingest.manifest import BatchManifest, make_batch_id, write_manifest_once
@@ -25,14 +25,14 @@ def raw_s3_sensor(context: dg.SensorEvaluationContext, s3: S3Resource, layout: P
     cursor = TickCursor.from_json(context.cursor)
     client = s3.get_client()
     limits = Limits(
-        max_objects=layout.max_objects_per_batch,
-        max_bytes=layout.max_batch_mb << 20,
-        full_scan_every=layout.full_scan_every,
-        scan_pages=layout.full_scan_pages_per_tick,
-        scan_seconds=layout.full_scan_seconds_per_tick,
-        lookback_s=layout.full_scan_lookback_s,
-        source_depth=layout.source_prefix_depth,
-        max_sources=layout.max_source_prefixes,
+        max_objects=layout.intake.max_objects_per_batch,
+        max_bytes=layout.intake.max_batch_mb << 20,
+        full_scan_every=layout.intake.full_scan_every,
+        scan_pages=layout.intake.full_scan_pages_per_tick,
+        scan_seconds=layout.intake.full_scan_seconds_per_tick,
+        lookback_s=layout.intake.full_scan_lookback_s,
+        source_depth=layout.intake.source_prefix_depth,
+        max_sources=layout.intake.max_source_prefixes,
     )
     taken, new_cursor = plan_tick(client, layout.bucket, layout.raw_prefix, cursor, limits)
     if not taken:

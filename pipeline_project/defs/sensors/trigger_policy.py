@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 import dagster as dg
 
 from pipeline_project.defs.assets.backlog import CHECKPOINT_KEY, TOKEN_BLOCKS_KEY, BacklogState
-from pipeline_project.defs.assets.partitions import TRAINING_RUN_TAGS, plain_metadata
+from pipeline_project.defs.partitions import TRAINING_RUN_TAGS, plain_metadata
 
 HOLD_KEY = "pipeline_project/checkpoint_trigger_hold"
 FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)

@@ -28,8 +28,8 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline_project.common.s3 import key_to_path
 from pipeline_project.demo.bad_input.classes import CLASSES, EXPECTED_NAME, KEPT, SCALES, BadClass, BadFile, Scale
-from pipeline_project.ingest.manifest import key_to_path
 
 __all__ = ["CLASSES", "EXPECTED_NAME", "KEPT", "SCALES", "BadClass", "BadFile", "Scale", "generate", "write_bad_input"]
 

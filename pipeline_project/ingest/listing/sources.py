@@ -23,8 +23,20 @@ import base64
 import hashlib
 import time
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
+
+from pipeline_project.ingest.listing.cursor import (
+    Limits,
+    TickCursor,
+    fits_batch,
+    is_taken,
+    listed_object,
+    remember,
+    taken_versions,
+)
+from pipeline_project.ingest.manifest import RawObject
 
 BLOOM_BITS = 1 << 16
 BLOOM_HASHES = 4
@@ -86,40 +98,52 @@ def discover(client, bucket: str, prefix: str, depth: int, after: str | None, pa
     return found, None if complete else (pos[0] or None)
 
 
-def _read_source(client, bucket, source, after, cursor, limits, taken, versions, low, fits, listed):
-    """New objects of one source after `after`, up to the append listing's `start_after`."""
+@dataclass
+class _Reading:
+    """What every source of one tick is read against: the objects taken so far, and what a scan would skip."""
+
+    client: Any
+    bucket: str
+    cursor: TickCursor
+    limits: Limits
+    taken: list[RawObject]
+    versions: set[tuple[str, str]]
+    low: datetime | None
+
+    def take(self, obj: RawObject | None) -> bool:
+        """Take `obj` if it is new to this tick's listing; False once the batch is full."""
+        if obj is None or (self.versions and is_taken(obj, self.versions)):
+            return True
+        if self.low is not None and datetime.fromisoformat(obj.last_modified) < self.low:
+            return True
+        if not fits_batch(self.taken, obj, self.limits):
+            return False
+        self.taken.append(obj)
+        return True
+
+
+def _read_source(r: _Reading, source: str, after: str | None) -> tuple[str | None, bool]:
+    """New objects of one source after `after`, up to the append listing's `start_after`: (the source's new
+    position, whether the batch filled up)."""
     while True:
-        kwargs = {"Bucket": bucket, "Prefix": source, "MaxKeys": limits.page_keys}
+        kwargs = {"Bucket": r.bucket, "Prefix": source, "MaxKeys": r.limits.page_keys}
         if after:
             kwargs["StartAfter"] = after
-        page = client.list_objects_v2(**kwargs)
+        page = r.client.list_objects_v2(**kwargs)
         for item in page.get("Contents", []):
-            if item["Key"] > cursor.start_after:
+            if item["Key"] > r.cursor.start_after:
                 return after, False
-            obj = listed(item)
-            if obj is not None and not (versions and _taken(obj, versions)) and _since(obj, low):
-                if not fits(taken, obj, limits):
-                    return after, True
-                taken.append(obj)
+            if not r.take(listed_object(item)):
+                return after, True
             after = item["Key"]
         if not page.get("IsTruncated"):
             return after, False
 
 
-def _since(obj, low) -> bool:
-    return low is None or datetime.fromisoformat(obj.last_modified) >= low
-
-
-def _taken(obj, versions) -> bool:
-    from pipeline_project.ingest.listing.plan import is_taken
-
-    return is_taken(obj, versions)
-
-
-def source_tick(client, bucket: str, prefix: str, cursor, limits, taken: list, clock=time.monotonic):
+def source_tick(
+    client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, taken: list[RawObject], clock=time.monotonic
+) -> tuple[list[RawObject], TickCursor]:
     """Add the new objects of the sources that sort before `start_after` to `taken`; the cursor after it."""
-    from pipeline_project.ingest.listing.plan import fits_batch, listed_object, remember, taken_versions
-
     if limits.source_depth <= 0 or cursor.since is None or cursor.start_after is None:
         return taken, cursor
     t0, now = clock(), int(time.time())
@@ -135,14 +159,13 @@ def source_tick(client, bucket: str, prefix: str, cursor, limits, taken: list, c
             tracked[p] = (None, now)
             order.insert(0, p)
     versions, low = taken_versions(cursor.recent), cursor.list_since(limits.lookback_s)
+    reading = _Reading(client, bucket, cursor, limits, taken, versions, low)
     before, reached = len(taken), []
     for p in order:
         if len(taken) >= limits.max_objects or clock() - t0 >= limits.source_seconds:
             break
         n = len(taken)
-        after, full = _read_source(
-            client, bucket, p, tracked[p][0], cursor, limits, taken, versions, low, fits_batch, listed_object
-        )
+        after, full = _read_source(reading, p, tracked[p][0])
         tracked[p] = (after, now if len(taken) > n or tracked[p][0] is None else tracked[p][1])
         reached.append(p)
         if full:
@@ -152,6 +175,11 @@ def source_tick(client, bucket: str, prefix: str, cursor, limits, taken: list, c
         keep = set(sorted(order, key=lambda p: tracked[p][1], reverse=True)[: limits.max_sources])
         order = [p for p in order if p in keep]
     sources = tuple((p, tracked[p][0], tracked[p][1]) for p in order)
-    out = replace(cursor, sources=sources, known=known.pack(), discover_after=discover_after,
-                  recent=remember(cursor.recent, taken[before:]))  # fmt: skip
+    out = replace(
+        cursor,
+        sources=sources,
+        known=known.pack(),
+        discover_after=discover_after,
+        recent=remember(cursor.recent, taken[before:]),
+    )
     return taken, out

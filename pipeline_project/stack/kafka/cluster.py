@@ -13,11 +13,11 @@ from pathlib import Path
 from pipeline_project.stack.errors import StackError
 from pipeline_project.stack.jars import classpath, ensure_jars, java
 from pipeline_project.stack.kafka.cds import ClassDataSharing, archive_path
-from pipeline_project.stack.kafka.security import KafkaSecurity, recorded_profile
-from pipeline_project.stack.kafka.tls import write_private
 from pipeline_project.stack.kafka.tools import TOOL_ALIASES, kafka_tool, tool_command
 from pipeline_project.stack.processes import ManagedProcess, accepts_connections, port_in_use, stop_all
+from pipeline_project.stack.security import KafkaSecurity, recorded_profile
 from pipeline_project.stack.service import Service, ServiceStatus
+from pipeline_project.stack.tls import write_private
 
 # The tool runner lives in kafka_tools.py; re-exported here for bench/bench_producer.py, the streaming tests and
 # deploy/local/README.md, which name it as `pipeline_project.stack.kafka.cluster`.

@@ -351,3 +351,8 @@ def flush_or_raise(producer: Producer, tracker: DeliveryTracker, timeout_s: floa
     tracker.raise_for_failures()
     if remaining:
         raise DeliveryError("<pending>", None, f"{remaining} messages still undelivered after {timeout_s:g}s")
+
+
+def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -> str:
+    """Stable per batch across retries (fences an earlier attempt's zombie), distinct per batch (`policy`)."""
+    return f"{settings.transactional_id_prefix}.{topic}.{ledger_key}"

@@ -197,8 +197,10 @@ def _create(admin: AdminClient, new: NewTopic, timeout_s: float) -> bool:
         future.result(timeout=timeout_s)
         return True
     except TimeoutError:
-        raise TopicError(f"creating topic {new.topic!r}: no answer within {timeout_s:g}s "
-                         "(is the broker clients take for the controller reachable?)") from None  # fmt: skip
+        raise TopicError(
+            f"creating topic {new.topic!r}: no answer within {timeout_s:g}s "
+            "(is the broker clients take for the controller reachable?)"
+        ) from None
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):

@@ -74,9 +74,13 @@ class PostgresLedgerIndex:
 
     def __init__(self, url: str, schema: str = "kafka_ledger", connect_timeout_s: int = 10):
         self._db = SchemaConnection(
-            url, schema, _SCHEMA, what="ledger index", error=LedgerIndexUnavailableError,
+            url,
+            schema,
+            _SCHEMA,
+            what="ledger index",
+            error=LedgerIndexUnavailableError,
             connect_timeout_s=connect_timeout_s,
-        )  # fmt: skip
+        )
         self.url, self.schema = url, schema
 
     def snapshot(self, ledger_id: str, keys: Collection[str]) -> tuple[dict[int, int], dict[str, bytes | None]]:

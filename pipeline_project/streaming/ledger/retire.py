@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from pipeline_project.streaming.errors import ReadTimeoutError, StreamingError, VisibilityTimeoutError
-from pipeline_project.streaming.kafka.client import DeliveryTracker, KafkaSettings, flush_or_raise
+from pipeline_project.streaming.kafka.client import DeliveryTracker, KafkaSettings, flush_or_raise, transactional_id_for
 from pipeline_project.streaming.kafka.visibility import wait_until_visible
 from pipeline_project.streaming.ledger.index import LedgerIndex
 from pipeline_project.streaming.ledger.records import (
@@ -38,7 +38,6 @@ from pipeline_project.streaming.ledger.records import (
     retired_key,
 )
 from pipeline_project.streaming.ledger.retirements import Retirement, retirements_to_json
-from pipeline_project.streaming.produce.producer import transactional_id_for
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +82,40 @@ def retire_entry(
             f"ledger {ledger_topic(topic)} has no completion or progress record for {ledger_key!r}: nothing to retire"
         )
     ledger = ledger_topic(topic)
+    earlier = records.retired.get(ledger_key, [])
+    tracker = _commit_retirements(producer, ledger, ledger_key, done, earlier, timeout_s)
+    last = {(t, p): hi for (t, p), (_lo, hi) in tracker.offsets.items()}
+    try:  # the index takes the commit now; failing that, at the next read (Kafka is the truth)
+        wait_until_visible(settings.make_admin(), last, timeout_s)
+        read_ledger_records(settings, topic, timeout_s, keys=[ledger_key], index=index)
+    except (ReadTimeoutError, VisibilityTimeoutError) as exc:
+        log.warning("retired %s, but the ledger index is not updated yet: %s", ledger_key, exc)
+    for r in done:
+        log.warning(
+            "retired the %s entry of %s in %s (content %s, %d blocks at %s stay in the topic): %s",
+            r.kind,
+            ledger_key,
+            ledger,
+            r.content_hash,
+            r.blocks,
+            r.offsets,
+            reason,
+        )
+    return done
+
+
+def _commit_retirements(
+    producer, ledger: str, ledger_key: str, done: list[Retirement], earlier: list[Retirement], timeout_s: float
+) -> DeliveryTracker:
+    """One transaction: a tombstone for each record `done` retires, and the key's audit record holding every
+    retirement (`earlier` ones first)."""
     tracker = DeliveryTracker()
     producer.begin_transaction()
     try:
         for r in done:
             key = ledger_key if r.kind == "completed" else progress_key(ledger_key)
             producer.produce(ledger, key=key.encode(), value=None, on_delivery=tracker.on_delivery)
-        value = retirements_to_json(ledger_key, [*records.retired.get(ledger_key, []), *done])
+        value = retirements_to_json(ledger_key, [*earlier, *done])
         producer.produce(ledger, key=retired_key(ledger_key).encode(), value=value, on_delivery=tracker.on_delivery)
         flush_or_raise(producer, tracker, timeout_s)
         producer.commit_transaction(timeout_s)
@@ -99,16 +125,7 @@ def retire_entry(
         except KafkaException as exc:  # fenced: the broker aborts it
             log.warning("abort of the retirement transaction of %s failed: %s", ledger_key, exc)
         raise
-    last = {(t, p): hi for (t, p), (_lo, hi) in tracker.offsets.items()}
-    try:  # the index takes the commit now; failing that, at the next read (Kafka is the truth)
-        wait_until_visible(settings.make_admin(), last, timeout_s)
-        read_ledger_records(settings, topic, timeout_s, keys=[ledger_key], index=index)
-    except (ReadTimeoutError, VisibilityTimeoutError) as exc:
-        log.warning("retired %s, but the ledger index is not updated yet: %s", ledger_key, exc)
-    for r in done:
-        log.warning("retired the %s entry of %s in %s (content %s, %d blocks at %s stay in the topic): %s", r.kind,
-                    ledger_key, ledger, r.content_hash, r.blocks, r.offsets, reason)  # fmt: skip
-    return done
+    return tracker
 
 
 def _fence_recorded_writers(settings: KafkaSettings, records: LedgerRecords, ledger_key: str, txid: str) -> bool:

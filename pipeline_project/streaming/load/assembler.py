@@ -160,8 +160,9 @@ class BatchAssembler:
                     return
             if budget is not None:
                 budget -= len(acc.letters)
-            yield Batch(acc.out, self.snapshot(stream.cursors, stream.current), acc.trace, acc.pad, acc.letters,
-                        acc.skipped)  # fmt: skip
+            yield Batch(
+                acc.out, self.snapshot(stream.cursors, stream.current), acc.trace, acc.pad, acc.letters, acc.skipped
+            )
 
     def _new_batch(self, budget: int | None) -> Pending:
         out = torch.empty((self.batch_size, self.seq_len), dtype=torch.int64, pin_memory=self.pin_memory)
@@ -299,9 +300,15 @@ class BatchAssembler:
                 )
             if not warned:
                 warned = True
-                log.warning("%s[%d]: no data for %.0fs before the end offset %d; waiting for it (a broker "
-                            "unreachable?), up to stall_timeout_s=%gs", self.topic, p, waited, self.end_offsets[p],
-                            self.stall_timeout_s)  # fmt: skip
+                log.warning(
+                    "%s[%d]: no data for %.0fs before the end offset %d; waiting for it (a broker "
+                    "unreachable?), up to stall_timeout_s=%gs",
+                    self.topic,
+                    p,
+                    waited,
+                    self.end_offsets[p],
+                    self.stall_timeout_s,
+                )
         if warned:
             log.warning("%s[%d]: data again after a stall of %.0fs", self.topic, p, time.monotonic() - started)
         return True

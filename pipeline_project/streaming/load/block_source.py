@@ -63,24 +63,50 @@ class SourceContext:
     def reader(self, worker: int, partitions: Sequence[int], *, suffix: str = "", **extra: Any) -> PartitionReader:
         cfg = self.cfg
         return PartitionReader(
-            cfg.kafka, cfg.topic, partitions, worker=worker, client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{worker}{suffix}",
-            seq_len=cfg.seq_len, expected_tokenizer_hash=cfg.expected_tokenizer_hash, end_offsets=self.end_offsets,
-            consume_messages=cfg.consume_messages, max_buffered_messages=cfg.max_buffered_messages,
-            allow_data_loss=cfg.allow_data_loss, shares=self.shares, **extra,
-        )  # fmt: skip
+            cfg.kafka,
+            cfg.topic,
+            partitions,
+            worker=worker,
+            client_id=f"{cfg.kafka.client_id}.r{cfg.rank}w{worker}{suffix}",
+            seq_len=cfg.seq_len,
+            expected_tokenizer_hash=cfg.expected_tokenizer_hash,
+            end_offsets=self.end_offsets,
+            consume_messages=cfg.consume_messages,
+            max_buffered_messages=cfg.max_buffered_messages,
+            allow_data_loss=cfg.allow_data_loss,
+            shares=self.shares,
+            **extra,
+        )
 
     def assembler(self, readers: Sequence[PartitionReader], snapshot: Any, cls: type = BatchAssembler) -> Any:
         cfg = self.cfg
         return cls(
-            readers, topic=cfg.topic, batch_size=cfg.batch_size, seq_len=cfg.seq_len, end_offsets=self.end_offsets,
-            idle_timeout_s=cfg.idle_timeout_s, stall_timeout_s=cfg.stall_timeout_s, poll_timeout_s=cfg.poll_timeout_s,
-            trace=cfg.trace, pin_memory=self.pin, snapshot=snapshot, stop=self.stop, allow_data_loss=cfg.allow_data_loss,
-        )  # fmt: skip
+            readers,
+            topic=cfg.topic,
+            batch_size=cfg.batch_size,
+            seq_len=cfg.seq_len,
+            end_offsets=self.end_offsets,
+            idle_timeout_s=cfg.idle_timeout_s,
+            stall_timeout_s=cfg.stall_timeout_s,
+            poll_timeout_s=cfg.poll_timeout_s,
+            trace=cfg.trace,
+            pin_memory=self.pin,
+            snapshot=snapshot,
+            stop=self.stop,
+            allow_data_loss=cfg.allow_data_loss,
+        )
 
     def checked_starts(self, entries: Mapping[str, Any], own: bool, bounds: Any) -> Starts:
         """`seek.checked_starts` for this rank's shares; unnamed partitions start where the loader was built."""
-        return checked_starts(self.cfg.topic, entries, self.shares, own=own, bounds=bounds,
-                              defaults=self.start_cursors, allow_data_loss=self.cfg.allow_data_loss)  # fmt: skip
+        return checked_starts(
+            self.cfg.topic,
+            entries,
+            self.shares,
+            own=own,
+            bounds=bounds,
+            defaults=self.start_cursors,
+            allow_data_loss=self.cfg.allow_data_loss,
+        )
 
     def state(
         self, cursors: Mapping[int, Cursor], current: int | None, interleave: Any, skips: Mapping[int, Skips] | None
@@ -88,10 +114,19 @@ class SourceContext:
         """`state.make_state` for this rank's layout."""
         cfg = self.cfg
         return make_state(
-            topic=cfg.topic, topic_id=self.topic_id, rank=cfg.rank, world_size=cfg.world_size,
-            num_workers=cfg.num_workers, seed=cfg.seed, cursors=cursors, current=current, interleave=interleave,
-            shares=self.shares, skips=skips, topic_partitions=self.topic_partitions,
-        )  # fmt: skip
+            topic=cfg.topic,
+            topic_id=self.topic_id,
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            num_workers=cfg.num_workers,
+            seed=cfg.seed,
+            cursors=cursors,
+            current=current,
+            interleave=interleave,
+            shares=self.shares,
+            skips=skips,
+            topic_partitions=self.topic_partitions,
+        )
 
 
 @dataclass

@@ -66,9 +66,17 @@ class DeadLetterSink:
         admin = self.kafka.make_admin()
         md = admin.list_topics(topic=self.source_topic, timeout=self.timeout_s).topics[self.source_topic]
         rf = min(len(p.replicas) for p in md.partitions.values())
-        ensure_topic(admin, self.topic, partitions=1, replication_factor=rf, min_insync_replicas=min(2, rf),
-                     config={"cleanup.policy": "compact"}, timeout_s=self.timeout_s, retention_ms=None,
-                     retention_bytes=None)  # fmt: skip
+        ensure_topic(
+            admin,
+            self.topic,
+            partitions=1,
+            replication_factor=rf,
+            min_insync_replicas=min(2, rf),
+            config={"cleanup.policy": "compact"},
+            timeout_s=self.timeout_s,
+            retention_ms=None,
+            retention_bytes=None,
+        )
         return self.kafka.make_producer()
 
     def send(self, letter: DeadLetter) -> None:
@@ -77,8 +85,9 @@ class DeadLetterSink:
                 self.producer = self._open()
             except Exception as exc:  # noqa: BLE001 - the count is the signal; a sink that fails must not stop it
                 self.failed += 1
-                log.warning("dead letter %s not delivered: dead-letter topic %s unavailable: %s", letter.key(),
-                            self.topic, exc)  # fmt: skip
+                log.warning(
+                    "dead letter %s not delivered: dead-letter topic %s unavailable: %s", letter.key(), self.topic, exc
+                )
                 return
         headers = [
             *(letter.headers or []),

@@ -169,8 +169,14 @@ class DomainMixture:
         self.assembler = ctx.assembler(self.readers, lambda cursors, current: self.snapshot(), MixtureAssembler)
 
     def _domain_reader(self, domain: str, worker: int, partitions: Sequence[int], *, primary: bool) -> PartitionReader:
-        return self.ctx.reader(worker, partitions, suffix=f".{domain}", domain=domain, primary=primary,
-                               known_domains=frozenset(self.domains))  # fmt: skip
+        return self.ctx.reader(
+            worker,
+            partitions,
+            suffix=f".{domain}",
+            domain=domain,
+            primary=primary,
+            known_domains=frozenset(self.domains),
+        )
 
     def _domain_interleaver(self, domain: str) -> Interleaver:
         cfg = self.ctx.cfg
@@ -192,10 +198,13 @@ class DomainMixture:
         first = next(iter(self.streams.values()))
         state = ctx.state({p: Cursor(c.offset, c.block) for p, c in low.items()}, None, first.il.get_state(), None)
         domains = {
-            d: {"partitions": position_entries(s.cursors, ctx.shares, self.domain_skips.get(d)),
-                "current": s.current, "interleave": s.il.get_state()}
+            d: {
+                "partitions": position_entries(s.cursors, ctx.shares, self.domain_skips.get(d)),
+                "current": s.current,
+                "interleave": s.il.get_state(),
+            }
             for d, s in self.streams.items()
-        }  # fmt: skip
+        }
         state["mixture"] = {
             "config": self.mixture.model_dump(mode="json"),
             "rank": self.mix.state_dict(),
@@ -241,9 +250,12 @@ class DomainMixture:
         if mixture.get("rank"):
             exact = self.mix.load_state_dict(mixture["rank"], same_layout=plan.own)
             if not exact:
-                log.info("mixture proportions, seed or layout changed since the checkpoint (%s -> %s): each domain "
-                         "continues at its own cursors, the new proportions hold from here",
-                         mixture.get("config", {}).get("proportions"), self.mixture.proportions)  # fmt: skip
+                log.info(
+                    "mixture proportions, seed or layout changed since the checkpoint (%s -> %s): each domain "
+                    "continues at its own cursors, the new proportions hold from here",
+                    mixture.get("config", {}).get("proportions"),
+                    self.mixture.proportions,
+                )
 
     # -- running ------------------------------------------------------------------------------
 
@@ -258,8 +270,13 @@ class DomainMixture:
 
     def account(self, item: Batch | End) -> None:
         for event in item.events:
-            log.warning("mixture: domain %r ran dry on rank %d after %d draws (on_domain_exhausted=%s)",
-                        event.domain, event.rank, event.draws, event.policy)  # fmt: skip
+            log.warning(
+                "mixture: domain %r ran dry on rank %d after %d draws (on_domain_exhausted=%s)",
+                event.domain,
+                event.rank,
+                event.draws,
+                event.policy,
+            )
             self.events.append(event)
 
     def metrics(self) -> dict[str, Any]:

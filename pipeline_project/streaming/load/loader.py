@@ -77,10 +77,19 @@ class KafkaBlockLoader:
         self._pad_delivered = 0
         self._end_offsets = self._bounded_end_offsets(admin)
         self._stop = threading.Event()
-        self.source = source(SourceContext(
-            cfg, self.topic_id, len(self.all_partitions), self.workers, self.shares, self._end_offsets,
-            self._first_cursors(admin), self.pin, self._stop,
-        ))  # fmt: skip
+        self.source = source(
+            SourceContext(
+                cfg,
+                self.topic_id,
+                len(self.all_partitions),
+                self.workers,
+                self.shares,
+                self._end_offsets,
+                self._first_cursors(admin),
+                self.pin,
+                self._stop,
+            )
+        )
         self._delivered_state = self.source.snapshot()  # position after the last batch returned by __next__
 
         self._thread: threading.Thread | None = None
@@ -190,8 +199,14 @@ class KafkaBlockLoader:
     def _fits(self, state: Mapping[str, Any]) -> bool:
         """Is `state` this rank's own, saved under this layout (world size, workers, seed, partitions, stripes)?"""
         cfg = self.cfg
-        return same_layout(state, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers,
-                           seed=cfg.seed, shares=self.shares)  # fmt: skip
+        return same_layout(
+            state,
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            num_workers=cfg.num_workers,
+            seed=cfg.seed,
+            shares=self.shares,
+        )
 
     def metrics(self) -> dict[str, Any]:
         """Wait, lag and loss figures; `data_wait_fraction` covers the wall time since the previous call.
@@ -242,8 +257,9 @@ class KafkaBlockLoader:
     def _account(self, item: Any) -> None:
         """Count what the assembler skipped on the way to a delivered item."""
         for letter in item.dead_letters:
-            log.warning("skipped malformed message %s[%d]@%d: %s", letter.topic, letter.partition, letter.offset,
-                        letter.reason)  # fmt: skip
+            log.warning(
+                "skipped malformed message %s[%d]@%d: %s", letter.topic, letter.partition, letter.offset, letter.reason
+            )
             if self._dead_letter_sink is not None:
                 self._dead_letter_sink.send(letter)
             self.dead_letters.append(DeadLetter(letter.topic, letter.partition, letter.offset, letter.reason))
@@ -252,8 +268,14 @@ class KafkaBlockLoader:
 
     def _record_data_loss(self, skipped: Sequence[SkippedRange]) -> None:
         for s in skipped:
-            log.warning("%s[%d]: skipped %d deleted offsets [%d, %d) (allow_data_loss)", self.cfg.topic, s.partition,
-                        s.offsets, s.first, s.low)  # fmt: skip
+            log.warning(
+                "%s[%d]: skipped %d deleted offsets [%d, %d) (allow_data_loss)",
+                self.cfg.topic,
+                s.partition,
+                s.offsets,
+                s.first,
+                s.low,
+            )
             self.data_loss.append(s)
 
     def _lag(self) -> dict[int, int]:

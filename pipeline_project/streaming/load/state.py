@@ -222,20 +222,6 @@ def resolve_state(
     return merge(states), False
 
 
-def rank_state(
-    state: Mapping[str, Any] | Sequence[Mapping[str, Any]],
-    rank: int,
-    world_size: int,
-    merge: Callable[[list[Mapping[str, Any]]], Mapping[str, Any]],
-) -> Mapping[str, Any]:
-    """The state a rank resumes from: given every rank's states, its own when the layout is the same, else `merge`d."""
-    if isinstance(state, Mapping):
-        return state
-    states = list(state)
-    mine = [s for s in states if s.get("rank") == rank and s.get("world_size") == world_size]
-    return mine[0] if len(mine) == 1 and len(states) == world_size else merge(states)
-
-
 def merge_positions(
     partition_states: Iterable[Mapping[str, Any]], topic_partitions: int | None = None
 ) -> dict[str, Any]:

@@ -40,11 +40,10 @@ from functools import partial
 from typing import Any
 
 import xxhash
-from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline_project.streaming.errors import LedgerConflictError
-from pipeline_project.streaming.kafka.client import KafkaSettings
-from pipeline_project.streaming.kafka.format import DEFAULT_MESSAGE_BYTES, TOKEN_BYTES, max_blocks_per_message
+from pipeline_project.streaming.kafka.client import KafkaSettings, transactional_id_for
+from pipeline_project.streaming.kafka.format import TOKEN_BYTES, max_blocks_per_message
 from pipeline_project.streaming.kafka.spans import SpanRecorder
 from pipeline_project.streaming.kafka.stats import KafkaStats
 from pipeline_project.streaming.kafka.topics import topic_id
@@ -60,9 +59,8 @@ from pipeline_project.streaming.ledger.records import (
     ledger_topic,
     read_ledger_records,
 )
-from pipeline_project.streaming.produce.fim import FimPolicy
-from pipeline_project.streaming.produce.packing import DomainPackers
-from pipeline_project.streaming.produce.records import BatchRecords, TokenizerIdentity
+from pipeline_project.streaming.produce.records import BatchRecords
+from pipeline_project.streaming.produce.request import Instruments, ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.staging import (
     MessageEncoder,
     StreamHasher,
@@ -76,94 +74,63 @@ from pipeline_project.streaming.produce.transactions import BatchTotals, BatchTr
 
 log = logging.getLogger(__name__)
 
-# a text, (domain, text), or (domain, text, weight): packed `weight` times in a row (`cleaning.rehydration`)
-Document = str | tuple[str | None, str] | tuple[str | None, str, int]
-
-
-class ProducerConfig(BaseModel):
-    """Knobs of the block producer; bump `version` when semantics change."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    version: int = 2
-    max_message_bytes: int = Field(default=DEFAULT_MESSAGE_BYTES, gt=0)
-    # encoded messages staged per transaction; a chunk holds at least one message
-    transaction_max_bytes: int = Field(default=64 << 20, gt=0)
-    # covers producing one staged chunk (never reading or tokenizing); >= the producer's delivery.timeout.ms
-    transaction_timeout_ms: int = Field(default=180_000, gt=0)
-    flush_timeout_s: float = Field(default=300.0, gt=0)
-    # a transaction that an abort clears (a partition leader moved mid-transaction) is produced again in process
-    abortable_retries: int = Field(default=3, ge=0)
-    ledger_read_timeout_s: float = Field(default=30.0, gt=0)
-    visibility_timeout_s: float = Field(default=60.0, gt=0)  # commit -> visible to read_committed readers
-    statistics_interval_ms: int = Field(default=500, ge=0)
-    text_batch_docs: int = Field(default=512, gt=0)  # texts per encode_batch call
-    prefetch_batches: int = Field(default=2, ge=0)  # text batches read ahead in a thread (0: inline)
-    pad_tail: bool = True  # the batch's partial last block is padded (format.PAD_TOKEN), not dropped
-    fim: FimPolicy = FimPolicy()  # fill-in-the-middle per domain (`fim`); off by default; part of the fingerprint
-    spans: bool = True  # a `spans` header per message: which documents its tokens came from (`spans`)
-    # the fingerprint of the documents' rehydration weights (`cleaning.rehydration.fingerprint`), "" when off;
-    # part of the ledger fingerprint, as FIM's is
-    rehydration: str = ""
-
-
-def transactional_id_for(settings: KafkaSettings, topic: str, ledger_key: str) -> str:
-    """Stable per batch across retries (fences an earlier attempt's zombie), distinct per batch (`client_policy`)."""
-    return f"{settings.transactional_id_prefix}.{topic}.{ledger_key}"
-
 
 def produce_blocks(
     settings: KafkaSettings,
-    topic: str,
+    request: ProduceRequest,
     blocks_iter: Iterable[StreamItem],
-    *,
-    tokenizer: TokenizerIdentity,
-    seq_len: int,
-    source: str,
-    ledger_key: str,
-    content_hash: str,
-    transactional_id: str | None = None,
-    config: ProducerConfig | None = None,
-    ledger_index: LedgerIndex | None = None,
-    packing_hash: str = "",
-    _stage_timer: Any = None,  # tokenize_produce.StageTimer
-    _packer: DomainPackers | None = None,
-    _spans: SpanRecorder | None = None,
+    instruments: Instruments | None = None,
 ) -> ProduceReport:
-    """Produce (n, seq_len) uint32 block arrays to `topic` in bounded transactions, once per ledger key.
+    """Produce (n, seq_len) uint32 block arrays to the request's topic in bounded transactions, once per ledger key.
 
     Items of `blocks_iter` may be `(domain, blocks)` pairs: each message then holds one domain's blocks and
     carries its `domain` header, and the report counts messages, blocks and tokens per domain.
-    `ledger_index` (`ledger_index.PostgresLedgerIndex`): the ledger is read from where the index has it, not from
-    the start, so the setup costs the batches written since, not all of them.
-    `packing_hash` names how the documents became blocks beyond tokenizer and seq_len (`FimPolicy.fingerprint`);
-    it is part of the ledger fingerprint ("" for plain packing).
+    `request.packing_hash` is part of the ledger fingerprint ("" for plain packing).
     """
-    config = config or ProducerConfig()
+    r, tools = request, instruments or Instruments()
+    topic, ledger_key, seq_len, config = r.topic, r.ledger_key, r.seq_len, r.config
     if ledger_key.endswith((PROGRESS_SUFFIX, RETIRED_SUFFIX)):
         raise ValueError(f"ledger key {ledger_key!r} must not end with {PROGRESS_SUFFIX!r} or {RETIRED_SUFFIX!r}")
-    txid = transactional_id or transactional_id_for(settings, topic, ledger_key)
+    txid = r.transactional_id or transactional_id_for(settings, topic, ledger_key)
     started = time.perf_counter()
     items = iter(blocks_iter)
-    conn, ahead, ahead_s = _setup(settings, topic, txid, config, ledger_key, ledger_index, items)
+    conn, ahead, ahead_s = _setup(settings, topic, txid, config, ledger_key, r.ledger_index, items)
     retired = [r for r in conn.records.retired.get(ledger_key, []) if r.topic_id == conn.topic_id]
-    batch = BatchRecords(topic, ledger_key, content_hash, tokenizer, seq_len, source, txid, conn.topic_id,
-                         packing_hash, retired, _packer, started)  # fmt: skip
+    batch = BatchRecords(
+        topic,
+        ledger_key,
+        r.content_hash,
+        r.tokenizer,
+        seq_len,
+        r.source,
+        txid,
+        conn.topic_id,
+        r.packing_hash,
+        retired,
+        tools.packer,
+        started,
+    )
     existing = _completed(batch, conn.records.completed.get(ledger_key), items, conn.admin, config)
     if existing is not None:
         return existing
     progress = conn.records.progress.get(ledger_key)
     hasher = StreamHasher()
     per_message = max_blocks_per_message(seq_len, config.max_message_bytes)
-    stream = _resume(batch, rechunk(itertools.chain(ahead, items), per_message), progress, hasher, _spans)
+    stream = _resume(batch, rechunk(itertools.chain(ahead, items), per_message), progress, hasher, tools.spans)
     per_chunk = max(1, config.transaction_max_bytes // (per_message * seq_len * TOKEN_BYTES))
     txs = _transactions(batch, conn, progress, config)
-    encoder = MessageEncoder(tokenizer_name=tokenizer.name, tokenizer_hash=tokenizer.hash, source=source,
-                             seq_len=seq_len, hasher=hasher, spans=_spans)  # fmt: skip
+    encoder = MessageEncoder(
+        tokenizer_name=r.tokenizer.name,
+        tokenizer_hash=r.tokenizer.hash,
+        source=r.source,
+        seq_len=seq_len,
+        hasher=hasher,
+        spans=tools.spans,
+    )
     setup_s = time.perf_counter() - started - ahead_s  # the part of the setup that tokenizing did not hide
     loop_started = time.perf_counter()
     tx_s = _write_batch(batch, txs, stage_chunks(stream, per_chunk, encoder), hasher)
-    stage = _stage_seconds(setup_s, time.perf_counter() - loop_started + ahead_s, tx_s, _stage_timer)
+    stage = _stage_seconds(setup_s, time.perf_counter() - loop_started + ahead_s, tx_s, tools.timer)
     report = batch.completion(txs.totals, hasher.hexdigest())
     _publish(report, conn, txs, config, stage, started)
     return report
@@ -235,22 +202,37 @@ def _resume(
     where = batch.where
     check_record(progress, batch.fingerprint, batch.topic_id, where, "has a partly produced batch of")
     check_same_writer(progress, batch.txid, where)
-    log.info("%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them", where,
-             progress.blocks, progress.transactions)  # fmt: skip
+    log.info(
+        "%s: %d blocks in %d transactions committed by an earlier attempt; continuing after them",
+        where,
+        progress.blocks,
+        progress.transactions,
+    )
     # the committed prefix ends on a message boundary: skipping whole messages keeps the uninterrupted cut
-    return skip_blocks(stream, progress.blocks, expected_hash=progress.stream_hash, hasher=hasher,
-                       where=where, on_skip=spans.skip if spans else None)  # fmt: skip
+    return skip_blocks(
+        stream,
+        progress.blocks,
+        expected_hash=progress.stream_hash,
+        hasher=hasher,
+        where=where,
+        on_skip=spans.skip if spans else None,
+    )
 
 
 def _transactions(
     batch: BatchRecords, conn: _Connection, progress: ProgressRecord | None, config: ProducerConfig
 ) -> BatchTransactions:
     return BatchTransactions(
-        conn.producer, txid=batch.txid, topic=batch.topic, ledger_key=batch.ledger_key, partitions=conn.partitions,
+        conn.producer,
+        txid=batch.txid,
+        topic=batch.topic,
+        ledger_key=batch.ledger_key,
+        partitions=conn.partitions,
         start=xxhash.xxh64_intdigest(batch.ledger_key.encode()) % len(conn.partitions),
-        totals=BatchTotals.from_progress(progress), flush_timeout_s=config.flush_timeout_s,
+        totals=BatchTotals.from_progress(progress),
+        flush_timeout_s=config.flush_timeout_s,
         abortable_retries=config.abortable_retries,
-    )  # fmt: skip
+    )
 
 
 def _write_batch(batch: BatchRecords, txs: BatchTransactions, chunks: Iterable[Any], hasher: StreamHasher) -> float:
@@ -292,8 +274,10 @@ def _publish(
 ) -> None:
     """Wait until the written records are visible, then complete the report's timings and statistics."""
     ledger = ledger_topic(report.topic)
-    written = {**_last_offsets(report.topic, report.offsets),
-               **_last_offsets(ledger, txs.tracker.partition_ranges(ledger))}  # fmt: skip
+    written = {
+        **_last_offsets(report.topic, report.offsets),
+        **_last_offsets(ledger, txs.tracker.partition_ranges(ledger)),
+    }
     visible_s = wait_until_visible(conn.admin, written, config.visibility_timeout_s)
     _serve_stats(conn.producer, conn.stats, config.statistics_interval_ms)
     report.stage_seconds = {**stage, "visible": visible_s}
@@ -303,9 +287,16 @@ def _publish(
     log.info(
         "produced %d blocks (%d messages, %.1f MB, %d transactions, %d blocks resumed) to %s in %.2fs: %.1f MB/s, "
         "offsets %s",
-        report.blocks, report.messages, report.bytes / 1e6, report.transactions, report.resumed_blocks, report.topic,
-        report.seconds, report.mb_per_s, report.offsets,
-    )  # fmt: skip
+        report.blocks,
+        report.messages,
+        report.bytes / 1e6,
+        report.transactions,
+        report.resumed_blocks,
+        report.topic,
+        report.seconds,
+        report.mb_per_s,
+        report.offsets,
+    )
 
 
 @dataclass

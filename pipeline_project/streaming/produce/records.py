@@ -44,27 +44,53 @@ class BatchRecords:
     def completion(self, t: BatchTotals, stream_hash: str) -> ProduceReport:
         packer, seq_len = self.packer, self.seq_len
         return ProduceReport(
-            topic=self.topic, ledger_key=self.ledger_key, content_hash=self.content_hash,
-            tokenizer_name=self.tokenizer.name, tokenizer_hash=self.tokenizer.hash, seq_len=seq_len,
-            offsets=t.offsets, messages=t.messages, blocks=t.blocks, tokens=t.blocks * seq_len - t.pad_tokens,
-            bytes=t.bytes, seconds=time.perf_counter() - self.started, mb_per_s=0.0, transactional_id=self.txid,
-            source=self.source, packing=packer.stats() if packer else {}, topic_id=self.topic_id,
+            topic=self.topic,
+            ledger_key=self.ledger_key,
+            content_hash=self.content_hash,
+            tokenizer_name=self.tokenizer.name,
+            tokenizer_hash=self.tokenizer.hash,
+            seq_len=seq_len,
+            offsets=t.offsets,
+            messages=t.messages,
+            blocks=t.blocks,
+            tokens=t.blocks * seq_len - t.pad_tokens,
+            bytes=t.bytes,
+            seconds=time.perf_counter() - self.started,
+            mb_per_s=0.0,
+            transactional_id=self.txid,
+            source=self.source,
+            packing=packer.stats() if packer else {},
+            topic_id=self.topic_id,
             pad_tokens=t.pad_tokens,
             tail_tokens=packer.tail_tokens if packer else t.padded_blocks * seq_len - t.pad_tokens,
             dropped_tokens=packer.dropped_tokens if packer else 0,
-            transactions=t.transactions, resumed_blocks=t.resumed_blocks, stream_hash=stream_hash,
-            domains=domain_report(t, seq_len, packer), retired_blocks=sum(r.blocks for r in self.retired),
+            transactions=t.transactions,
+            resumed_blocks=t.resumed_blocks,
+            stream_hash=stream_hash,
+            domains=domain_report(t, seq_len, packer),
+            retired_blocks=sum(r.blocks for r in self.retired),
             packing_hash=self.packing_hash,
-        )  # fmt: skip
+        )
 
     def progress_record(self, t: BatchTotals, stream_hash: str) -> ProgressRecord:
         return ProgressRecord(
-            ledger_key=self.ledger_key, content_hash=self.content_hash, tokenizer_hash=self.tokenizer.hash,
-            seq_len=self.seq_len, topic_id=self.topic_id, transactions=t.transactions, messages=t.messages,
-            blocks=t.blocks, bytes=t.bytes, pad_tokens=t.pad_tokens, padded_blocks=t.padded_blocks,
-            offsets=t.offsets, stream_hash=stream_hash, transactional_id=self.txid, domains=t.domains,
+            ledger_key=self.ledger_key,
+            content_hash=self.content_hash,
+            tokenizer_hash=self.tokenizer.hash,
+            seq_len=self.seq_len,
+            topic_id=self.topic_id,
+            transactions=t.transactions,
+            messages=t.messages,
+            blocks=t.blocks,
+            bytes=t.bytes,
+            pad_tokens=t.pad_tokens,
+            padded_blocks=t.padded_blocks,
+            offsets=t.offsets,
+            stream_hash=stream_hash,
+            transactional_id=self.txid,
+            domains=t.domains,
             packing_hash=self.packing_hash,
-        )  # fmt: skip
+        )
 
 
 def domain_report(t: BatchTotals, seq_len: int, packer: DomainPackers | None) -> dict[str, dict[str, int]]:

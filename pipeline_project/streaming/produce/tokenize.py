@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.kafka.spans import SpanRecorder
-from pipeline_project.streaming.ledger.index import LedgerIndex
 from pipeline_project.streaming.ledger.records import ProduceReport
 from pipeline_project.streaming.produce.fim import FimApplier, FimSentinels
 from pipeline_project.streaming.produce.packing import DomainPackers
 from pipeline_project.streaming.produce.prefetch import prefetch_batches
-from pipeline_project.streaming.produce.producer import Document, ProducerConfig, produce_blocks
+from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import Document, Instruments, ProducerConfig, ProduceRequest
 from pipeline_project.streaming.produce.staging import StreamItem
 
 
@@ -80,20 +81,7 @@ def packing_hash(config: ProducerConfig) -> str:
     return "+".join(h for h in (config.fim.fingerprint(), config.rehydration) if h)
 
 
-def tokenize_and_produce(
-    settings: KafkaSettings,
-    topic: str,
-    texts: Iterable[Document],
-    *,
-    tokenizer: Any,
-    seq_len: int,
-    source: str,
-    ledger_key: str,
-    content_hash: str,
-    transactional_id: str | None = None,
-    config: ProducerConfig | None = None,
-    ledger_index: LedgerIndex | None = None,
-) -> ProduceReport:
+def tokenize_and_produce(settings: KafkaSettings, request: ProduceRequest, texts: Iterable[Document]) -> ProduceReport:
     """texts -> DeepSeek tokenizer (batch API) -> BlockPacker per domain -> produce_blocks, with per-stage timings.
 
     A text may be a `(domain, text)` pair: documents are then packed per domain (a block never mixes domains),
@@ -103,7 +91,7 @@ def tokenize_and_produce(
     With `config.rehydration` set, a text may be `(domain, text, weight)`: tokenized once, packed `weight` times in a
     row (`cleaning.rehydration`), counted as one document plus `weight - 1` copies.
 
-    `tokenizer` is a `TokenizerInfo`. Texts are read ahead in a background thread (`config.prefetch_batches`);
+    `request.tokenizer` is a `TokenizerInfo`. Texts are read ahead in a background thread (`config.prefetch_batches`);
     while the producer connects and reads the ledger, up to one transaction's worth is tokenized ahead, and
     dropped when the ledger already holds this key.
     `stage_seconds` has setup / read / tokenize / pack / encode / produce / visible: setup is the wait for the
@@ -111,24 +99,10 @@ def tokenize_and_produce(
     waiting on the reader, encode serialising and hashing the staged messages, produce the time inside
     transactions (producing, waiting on Kafka, committing), visible the wait for the commit markers.
     """
-    config = config or ProducerConfig()
-    packer = DomainPackers(seq_len, tokenizer.eos_id)
+    config = request.config
+    packer = DomainPackers(request.seq_len, request.tokenizer.eos_id)
     timer = StageTimer()
-    spans = SpanRecorder(seq_len) if config.spans else None
-    return produce_blocks(
-        settings,
-        topic,
-        timed_blocks(texts, tokenizer, packer, config, timer, spans),
-        tokenizer=tokenizer,
-        seq_len=seq_len,
-        source=source,
-        ledger_key=ledger_key,
-        content_hash=content_hash,
-        transactional_id=transactional_id,
-        config=config,
-        ledger_index=ledger_index,
-        packing_hash=packing_hash(config),
-        _stage_timer=timer,
-        _packer=packer,
-        _spans=spans,
-    )
+    spans = SpanRecorder(request.seq_len) if config.spans else None
+    blocks = timed_blocks(texts, request.tokenizer, packer, config, timer, spans)
+    request = replace(request, packing_hash=packing_hash(config))
+    return produce_blocks(settings, request, blocks, Instruments(timer=timer, packer=packer, spans=spans))

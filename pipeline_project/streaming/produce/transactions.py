@@ -57,9 +57,18 @@ class BatchTotals:
     def from_progress(cls, p: ProgressRecord | None) -> BatchTotals:
         if p is None:
             return cls()
-        return cls(p.transactions, p.messages, p.blocks, p.bytes, p.pad_tokens, p.padded_blocks, dict(p.offsets),
-                   resumed_blocks=p.blocks, progress_written=True,
-                   domains={d: dict(c) for d, c in p.domains.items()})  # fmt: skip
+        return cls(
+            p.transactions,
+            p.messages,
+            p.blocks,
+            p.bytes,
+            p.pad_tokens,
+            p.padded_blocks,
+            dict(p.offsets),
+            resumed_blocks=p.blocks,
+            progress_written=True,
+            domains={d: dict(c) for d, c in p.domains.items()},
+        )
 
     def plus(self, chunk: Chunk, offsets: dict[int, tuple[int, int]]) -> BatchTotals:
         return replace(
@@ -131,8 +140,13 @@ class BatchTransactions:
                 if attempt > self.abortable_retries or not self._aborted or not abortable(exc):
                     raise
                 self.retried += 1
-                log.warning("transaction %s aborted (%s); producing it again (retry %d of %d)", self.txid, exc,
-                            attempt, self.abortable_retries)  # fmt: skip
+                log.warning(
+                    "transaction %s aborted (%s); producing it again (retry %d of %d)",
+                    self.txid,
+                    exc,
+                    attempt,
+                    self.abortable_retries,
+                )
                 time.sleep(0.5 * attempt)
 
     def _write_chunk(self, chunk: Chunk, record: Callable[[BatchTotals], ProduceReport | ProgressRecord]) -> None:

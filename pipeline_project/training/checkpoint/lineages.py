@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline_project.common.s3 import key_in_bucket
 from pipeline_project.training.checkpoint.ref import (
     DATA_STATE_FILE,
     RESUME_DIR,
@@ -63,7 +64,7 @@ def newest_checkpoints(s3, bucket: str, root: str, lineages: list[str] | None = 
 
 def saved_position(s3, bucket: str, ref: CheckpointRef) -> tuple[str | None, dict[str, dict[str, Any]]]:
     """(topic, {partition: {"offset", "block", ...}}): where the checkpoint's data loaders stand, all ranks merged."""
-    key = f"{ref.resume_uri.removeprefix(f's3://{bucket}/')}{DATA_STATE_FILE}"
+    key = f"{key_in_bucket(ref.resume_uri, bucket)}{DATA_STATE_FILE}"
     states = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())["data_states"]
     topic = next((s.get("topic") for s in states if s.get("topic")), None)
     return topic, positions(states)
@@ -111,7 +112,7 @@ def pull_checkpoint(s3, bucket: str, ref: CheckpointRef, directory: str | Path) 
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise FileExistsError(f"{directory} exists and is not an empty directory")
     try:
-        download_prefix(s3, bucket, ref.uri.removeprefix(f"s3://{bucket}/"), directory)
+        download_prefix(s3, bucket, key_in_bucket(ref.uri, bucket), directory)
         if not (directory / HF_DIR / "config.json").is_file() or not (directory / RESUME_DIR).is_dir():
             raise InvalidCheckpointError(f"{ref.uri} is incomplete (no {HF_DIR}/config.json or {RESUME_DIR}/)")
         resume = load_resume_state(directory)

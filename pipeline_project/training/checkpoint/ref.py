@@ -15,6 +15,7 @@ import json
 import re
 from dataclasses import dataclass, fields
 
+from pipeline_project.common.s3 import key_in_bucket
 from pipeline_project.training.errors import InvalidCheckpointError
 
 HF_DIR = "hf"
@@ -76,7 +77,7 @@ def parse_ref(raw: bytes, bucket: str, prefix: str) -> CheckpointRef:
         raise InvalidCheckpointError(f"{where}: {exc}") from None
     if not isinstance(data["created_at"], str):
         raise InvalidCheckpointError(f"{where}: created_at {data['created_at']!r} is not a string")
-    ref = make_ref(bucket, uri.removeprefix(f"s3://{bucket}/"), step, data["created_at"])
+    ref = make_ref(bucket, key_in_bucket(uri, bucket), step, data["created_at"])
     if (data["hf_uri"], data["resume_uri"]) != (ref.hf_uri, ref.resume_uri):
         raise InvalidCheckpointError(f"{where}: hf_uri / resume_uri are not {ref.hf_uri} / {ref.resume_uri}")
     return ref

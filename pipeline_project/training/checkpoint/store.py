@@ -44,8 +44,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline_project.ingest.manifest import UnsafeKeyError, key_to_path
+from pipeline_project.common.s3 import UnsafeKeyError, key_in_bucket, key_to_path
 from pipeline_project.settings import Settings
+from pipeline_project.training.checkpoint.mlmodel import write_mlflow_model
 from pipeline_project.training.checkpoint.ref import (
     DATA_STATE_FILE,
     HF_DIR,
@@ -58,7 +59,6 @@ from pipeline_project.training.checkpoint.ref import (
     read_latest,
 )
 from pipeline_project.training.errors import CheckpointConflictError, CheckpointWriteError, InvalidCheckpointError
-from pipeline_project.training.tracking.model import write_mlflow_model
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ def _settle_failed_write(
     if not _is_precondition_failure(exc):
         raise exc
     _delete_quietly(s3, bucket, keys)
-    raise _conflict(bucket, prefix, expected, ref.uri.removeprefix(f"s3://{bucket}/").rstrip("/")) from exc
+    raise _conflict(bucket, prefix, expected, key_in_bucket(ref.uri, bucket).rstrip("/")) from exc
 
 
 def download_prefix(s3, bucket: str, prefix: str, directory: str | Path) -> Path:
@@ -291,6 +291,6 @@ def load_latest(s3, bucket: str, prefix: str, directory: str | Path | None = Non
     if directory.exists():
         shutil.rmtree(directory / HF_DIR, ignore_errors=True)
         shutil.rmtree(directory / RESUME_DIR, ignore_errors=True)
-    step_prefix = ref.uri.removeprefix(f"s3://{bucket}/")
+    step_prefix = key_in_bucket(ref.uri, bucket)
     download_prefix(s3, bucket, step_prefix, directory)
     return LoadedCheckpoint(ref=ref, hf_dir=directory / HF_DIR, resume=load_resume_state(directory))

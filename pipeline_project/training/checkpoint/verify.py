@@ -10,17 +10,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from pipeline_project.common.s3 import split_s3_uri
 from pipeline_project.training.checkpoint.store import HF_DIR, download_prefix
-from pipeline_project.training.errors import InvalidS3UriError
 
 PROMPT = "The data pipeline"
-
-
-def split_s3_uri(uri: str) -> tuple[str, str]:
-    if not uri.startswith("s3://"):
-        raise InvalidS3UriError(f"not an s3:// URI: {uri}")
-    bucket, _, key = uri[len("s3://") :].partition("/")
-    return bucket, key
 
 
 def reload_and_generate(s3, uri: str, directory: str | Path, new_tokens: int = 4) -> list[int]:

@@ -112,7 +112,7 @@ class Progress:
             config_hash=config_hash(job.train.model_dump(mode="json")),
             step=ref.step,
             checkpoint_uri=ref.uri,
-            topic=job.topic,
+            topic=job.topic.name,
             tokenizer_hash=self.inv.tokenizer.hash,
         )
         run = self.mlflow_run
@@ -146,7 +146,7 @@ class Progress:
         job = self.inv.job
         consumed = offsets_consumed(self.start_states, end_states)
         datasets = [
-            lineage.kafka_offsets_dataset(job.kafka.bootstrap_servers, job.topic, consumed, positions(end_states))
+            lineage.kafka_offsets_dataset(job.kafka.bootstrap_servers, job.topic.name, consumed, positions(end_states))
         ]
         manifests = {b: uri for b, uri in job.shard_manifests.items() if _overlaps(job.batch_offsets.get(b), consumed)}
         if manifests:

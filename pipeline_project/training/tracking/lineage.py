@@ -49,8 +49,14 @@ class KafkaTopicSource(DatasetSource):
         `client_config`: extra librdkafka settings (security); read the blocks with `streaming.loader`."""
         from confluent_kafka import Consumer, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap_servers, "group.id": "mlflow-dataset-source",
-                             "enable.auto.commit": False, **client_config})  # fmt: skip
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "group.id": "mlflow-dataset-source",
+                "enable.auto.commit": False,
+                **client_config,
+            }
+        )
         try:
             partitions = consumer.list_topics(self.topic, timeout=timeout_s).topics[self.topic].partitions
             return {

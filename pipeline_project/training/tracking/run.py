@@ -265,7 +265,7 @@ def start_job_run(
             partition=",".join(job.partitions)[:MAX_TAG_VAL_LENGTH] or None,
             asset="deepseek_checkpoint",
             config_hash=config_hash(job.train.model_dump(mode="json")),
-            topic=job.topic,
+            topic=job.topic.name,
             preset=job.train.preset.name,
             resumed_from_step=resumed_from_step,
             gpu_metrics=gpu_metrics_source(device),
@@ -276,10 +276,10 @@ def start_job_run(
         "model": {k: v for k, v in model_config.items() if k not in _RUN_SPECIFIC_MODEL_KEYS},
         "train": job.train.model_dump(mode="json"),
         "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
-        "data": {"topic": job.topic, "partitions": len(job.partitions)},
+        "data": {"topic": job.topic.name, "partitions": len(job.partitions)},
         "world_size": world_size,
         "device": device,
-        "global_batch_tokens": job.train.batch_size * job.train.seq_len * world_size,
+        "global_batch_tokens": job.train.batch_size * job.topic.seq_len * world_size,
     }
     try:
         run.log_params(params)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_project.stack.errors import StackError
-from pipeline_project.stack.kafka.tls import TlsFiles, ensure_certificates, write_private
+from pipeline_project.stack.tls import TlsFiles, ensure_certificates, write_private
 
 PLAINTEXT = "plaintext"
 SASL_SSL = "sasl_ssl"

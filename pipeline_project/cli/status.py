@@ -1,54 +1,15 @@
-"""The user's journey after `demo`: `pipeline-project status` (where the work stands), `pipeline-project checkpoint
-pull` (the model in hand) and `pipeline-project --version`. The logic lives in `status` and `training.lineages`."""
+"""`pipeline-project status`: where a user's work stands (`ops.status`), as lines or one JSON object."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-DIST_NAME = "pipeline_project"
-
-checkpoint_app = typer.Typer(
-    help="Checkpoints in S3: pull one (the newest, or a step) into a directory.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-
-
-def _fail(err: Exception) -> typer.Exit:
-    from pipeline_project.training.errors import CheckpointNotFoundError
-
-    text = str(err).splitlines()[0] if str(err) else ""
-    typer.echo(
-        f"error: {text if isinstance(err, CheckpointNotFoundError) else f'{type(err).__name__}: {text}'}", err=True
-    )
-    return typer.Exit(1)
-
-
-def show_version(value: bool) -> None:
-    """`--version`: the installed package's version (its metadata), then exit."""
-    if value:
-        from importlib.metadata import version
-
-        typer.echo(f"pipeline-project {version(DIST_NAME)}")
-        raise typer.Exit()
-
-
-VersionOpt = Annotated[
-    bool, typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit")
-]
-
-
-def defaults() -> tuple[str, str]:
-    """(checkpoints root, lineage) as the pipeline's resources default them: `PipelineLayout.checkpoints_prefix`
-    and `TrainerResource.run_name`."""
-    from pipeline_project.defs.resources.layout import PipelineLayout
-    from pipeline_project.defs.resources.trainer import TrainerResource
-
-    return PipelineLayout.model_fields["checkpoints_prefix"].default, TrainerResource.model_fields["run_name"].default
+from pipeline_project.cli import context
+from pipeline_project.cli.batches import DagsterHomeOpt
+from pipeline_project.cli.errors import fail
 
 
 def status(
@@ -56,24 +17,22 @@ def status(
     limit: Annotated[int, typer.Option("--limit", help="Look at the newest N batches")] = 500,
     lineages: Annotated[int, typer.Option("--lineages", help="Show the N most recently trained lineages")] = 10,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds each service may take to answer")] = 3.0,
-    dagster_home: Annotated[
-        Path | None, typer.Option("--dagster-home", help="Dagster instance [env DAGSTER_HOME, else the stack's]")
-    ] = None,
+    dagster_home: DagsterHomeOpt = None,
 ) -> None:
     """Batches pending, running and failed (with their objects and ledger entries), the token topic against each
     lineage's saved position (lag), each lineage's newest checkpoint, and any service that fails its check."""
-    from pipeline_project.cli.batches import dagster_instance
+    from pipeline_project.ops.checkpoints import defaults
     from pipeline_project.ops.status import collect_status
-    from pipeline_project.settings import Settings
 
     try:
-        settings = Settings()
-        with dagster_instance(dagster_home) as instance:
+        settings = context.settings()
+        with context.dagster_instance(dagster_home) as instance:
             root, lineage = defaults()
-            report = collect_status(settings, instance, root=root, lineage=lineage, limit=limit, newest=lineages,
-                                    timeout_s=timeout)  # fmt: skip
+            report = collect_status(
+                settings, instance, root=root, lineage=lineage, limit=limit, newest=lineages, timeout_s=timeout
+            )
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        raise _fail(err) from None
+        raise fail(err) from None
     if as_json:
         typer.echo(json.dumps(report, sort_keys=True))
         return
@@ -131,29 +90,3 @@ def _checkpoint_lines(checkpoints: dict) -> list[str]:
         lag = f"  lag {row['lag_total']:,} offsets on {row['topic']}" if "lag" in row else ""
         lines.append(f"  {row['lineage']}  step {row['step']}  {row['created_at'][:19]}  {row['uri']}{lag}")
     return lines
-
-
-@checkpoint_app.command("pull")
-def pull(
-    directory: Annotated[Path, typer.Argument(help="New or empty directory to download into")],
-    lineage: Annotated[
-        str | None, typer.Option("--lineage", help="The lineage [default: the trainer's run_name, deepseek]")
-    ] = None,
-    step: Annotated[int | None, typer.Option("--step", help="This step instead of the newest")] = None,
-) -> None:
-    """Download a checkpoint (`hf/`: load with `AutoModelForCausalLM.from_pretrained(DIR/hf)`; `resume/`)."""
-    from pipeline_project.settings import Settings
-    from pipeline_project.training.checkpoint.lineages import pull_checkpoint, resolve_checkpoint
-
-    try:
-        settings = Settings()
-        s3 = settings.s3_client()
-        root, default_lineage = defaults()
-        lineage = lineage or default_lineage
-        ref = resolve_checkpoint(s3, settings.bucket, root, lineage, step)
-        pull_checkpoint(s3, settings.bucket, ref, directory)
-    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
-        raise _fail(err) from None
-    files = [p for p in directory.rglob("*") if p.is_file()]
-    size = sum(p.stat().st_size for p in files) / 1e6
-    typer.echo(f"pulled step {ref.step} of {lineage} ({ref.uri}) into {directory}: {len(files)} files, {size:,.1f} MB")

@@ -1,0 +1,34 @@
+"""`pipeline-project dedup-import`: an earlier version's S3 index file into a cross-batch `DedupIndex`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline_project.cleaning.dedup.index import DedupIndex
+from pipeline_project.cleaning.dedup.local import LocalIndex
+
+
+def import_local_index(target: DedupIndex, index: LocalIndex) -> int:
+    """Copy an earlier version's S3 index file (`LocalIndex.from_bytes`) in, batch by batch; returns the count."""
+    imported = 0
+    batch_of = np.asarray(index.doc_batch)
+    exact_by_entry = np.zeros(len(index), dtype=np.uint64)
+    exact_by_entry[index.exact_entries] = index.exact_keys
+    bands_by_entry = np.zeros((len(index), index.num_bands), dtype=np.uint64)
+    filled = np.zeros(len(index), dtype=np.int64)
+    for key, entry in zip(index.band_keys.tolist(), index.band_entries.tolist()):
+        if filled[entry] < index.num_bands:
+            bands_by_entry[entry, filled[entry]] = key
+            filled[entry] += 1
+    for b, batch_id in enumerate(index.batches):
+        rows = np.flatnonzero(batch_of == b)
+        target.commit_batch(
+            batch_id,
+            [index.doc_ids[i] for i in rows],
+            exact_by_entry[rows],
+            bands_by_entry[rows],
+            index.signatures[rows],
+            near_threshold=2.0,  # an import keeps every document: nothing is similar enough to drop
+        )
+        imported += len(rows)
+    return imported

@@ -1,0 +1,28 @@
+"""Checkpoints as a user reaches them: the pipeline's default lineage, and pulling one step into a directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline_project.settings import Settings
+
+
+def defaults() -> tuple[str, str]:
+    """(checkpoints root, lineage) as the pipeline's resources default them: `PipelineLayout.checkpoints_prefix`
+    and `TrainerResource.run_name`."""
+    from pipeline_project.defs.resources.layout import PipelineLayout
+    from pipeline_project.defs.resources.trainer import TrainerResource
+
+    return PipelineLayout.model_fields["checkpoints_prefix"].default, TrainerResource.model_fields["run_name"].default
+
+
+def pull(settings: Settings, directory: Path, lineage: str | None = None, step: int | None = None):
+    """Download a checkpoint (the lineage's newest, or `step`) into `directory`: (its reference, the lineage)."""
+    from pipeline_project.training.checkpoint.lineages import pull_checkpoint, resolve_checkpoint
+
+    s3 = settings.s3_client()
+    root, default_lineage = defaults()
+    lineage = lineage or default_lineage
+    ref = resolve_checkpoint(s3, settings.bucket, root, lineage, step)
+    pull_checkpoint(s3, settings.bucket, ref, directory)
+    return ref, lineage

@@ -1,0 +1,20 @@
+"""Migrate the S3 dedup index file of earlier versions (`dedup/index.bin`) into the PostgreSQL index."""
+
+from __future__ import annotations
+
+from pipeline_project.settings import Settings
+
+
+def import_s3_index(settings: Settings, key: str, schema: str) -> tuple[int, int]:
+    """(documents imported, batches they came from)."""
+    from pipeline_project.cleaning.dedup.local import LocalIndex
+    from pipeline_project.cleaning.dedup.migrate import import_local_index
+    from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
+
+    data = settings.s3_client().get_object(Bucket=settings.bucket, Key=key)["Body"].read()
+    old = LocalIndex.from_bytes(data)
+    index = PostgresDedupIndex(settings.postgres_url, num_perm=old.num_perm, num_bands=old.num_bands, schema=schema)
+    try:
+        return import_local_index(index, old), len(old.batches)
+    finally:
+        index.close()
