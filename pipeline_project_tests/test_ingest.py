@@ -183,9 +183,9 @@ class RangeLog(MemoryS3Client):
 @pytest.fixture
 def small_blocks(monkeypatch):
     from pipeline_project.cleaning.read import readers
-    from pipeline_project.ingest import manifest as ingest
+    from pipeline_project.ingest import objects
 
-    monkeypatch.setattr(ingest, "BLOCK_BYTES", 1000)
+    monkeypatch.setattr(objects, "BLOCK_BYTES", 1000)
     monkeypatch.setattr(readers, "STREAM_WINDOW", 500)
 
 

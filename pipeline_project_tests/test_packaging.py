@@ -167,4 +167,6 @@ def test_the_wheel_holds_the_package_alone(tmp_path):
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"pipeline_project"}, sorted(tops)
     assert "pipeline_project/cleaning/steps/gopher.py" in names and "pipeline_project/py.typed" in names
-    assert "pipeline_project.cli.app:app" in entry_points and "pipeline_project.training.entrypoint:main" in entry_points
+    assert (
+        "pipeline_project.cli.app:app" in entry_points and "pipeline_project.training.entrypoint:main" in entry_points
+    )

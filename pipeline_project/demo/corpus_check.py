@@ -47,7 +47,7 @@ def corpus_settings(resources: dict[str, dict[str, str]]) -> CorpusSettings:
     def values(name: str, keys: tuple[str, ...]) -> dict:
         return {k: json.loads(v) for k, v in resources.get(name, {}).items() if k in keys}
 
-    layout = PipelineLayout(**values("layout", ("fim_code_rate", "fim_mode", "fim_seed")))
+    layout = PipelineLayout(**values("layout", ("topic",)))
     policy = layout.topic_spec.fim
     cleaning = CleaningResource(**values("cleaning", ("config_path",))).config()
     decontamination = cleaning.decontamination

@@ -130,7 +130,9 @@ def test_token_blocks_metadata_counts_fim_and_decontaminated_documents(instance,
     from pipeline_project.defs.resources.layout import PipelineLayout
     from pipeline_project.demo.sample.domains import code_file
 
-    layout = PipelineLayout(**{**layout.model_dump(), "fim_code_rate": 0.5, "fim_seed": 1})
+    layout = PipelineLayout(
+        **{**layout.model_dump(), "topic": {**layout.topic.model_dump(), "fim_code_rate": 0.5, "fim_seed": 1}}
+    )
     config = tmp_path / "cleaning.json"
     config.write_text(json.dumps({"decontamination": {"enabled": True}}))
     res = {**standin_resources(uid, layout), "cleaning": CleaningResource(workers=1, config_path=str(config))}

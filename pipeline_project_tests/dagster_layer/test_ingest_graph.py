@@ -57,7 +57,12 @@ def test_sensor_batches_new_objects_then_skips_then_batches_more(instance, resou
 
     # an object whose key sorts before those taken waits for the next scan, then lands once
     _upload(s3, layout, files[9:10])
-    resources = {**resources, "layout": PipelineLayout(**{**layout.model_dump(), "full_scan_every": 1})}
+    resources = {
+        **resources,
+        "layout": PipelineLayout(
+            **{**layout.model_dump(), "intake": {**layout.intake.model_dump(), "full_scan_every": 1}}
+        ),
+    }
     full = _tick(instance, resources, more.cursor)
     assert len(full.run_requests) == 1 and '"ticks": 0' in full.cursor
     assert [o.key for o in read_manifest(s3, layout.bucket, full.run_requests[0].partition_key).objects] == [

@@ -44,7 +44,7 @@ def _topic_texts(stack, topic: str) -> list[str]:
 
 
 def test_an_object_overwritten_after_its_batch_is_ingested_again_once(instance, resources, layout, s3, stack):
-    layout = PipelineLayout(**{**layout.model_dump(), "full_scan_every": 1})
+    layout = PipelineLayout(**{**layout.model_dump(), "intake": {**layout.intake.model_dump(), "full_scan_every": 1}})
     resources = {**resources, "layout": layout}
     sensor_res = {k: resources[k] for k in ("s3", "layout")}
     uid = layout.topic.split("-")[1]

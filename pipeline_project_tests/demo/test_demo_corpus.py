@@ -122,9 +122,8 @@ def test_the_demo_sample_through_the_ingest_graph_counts_fim_and_decontaminated_
         fim_code_rate=float(env["PIPELINE_FIM_CODE_RATE"]), cleaning_config_path=env["PIPELINE_CLEANING_CONFIG"]
     )
     wired = build_resources(stack_settings)
-    layout = PipelineLayout(
-        **{**wired["layout"].model_dump(), "raw_prefix": f"demo-{uid}/raw/", "seq_len": 64, "message_bytes": 16384}
-    )
+    topic = {**wired["layout"].topic.model_dump(), "seq_len": 64, "message_bytes": 16384}
+    layout = PipelineLayout(**{**wired["layout"].model_dump(), "raw_prefix": f"demo-{uid}/raw/", "topic": topic})
     res = {
         **standin_resources(uid, layout),
         "cleaning": CleaningResource(workers=1, config_path=wired["cleaning"].config_path),

@@ -129,7 +129,7 @@ def test_the_kafka_login_is_what_the_settings_and_the_acls_expect():
         )
         for a in user["spec"]["authorization"]["acls"]
     }
-    topic = PipelineLayout().topic
+    topic = PipelineLayout().topic.name
     assert settings["PIPELINE_TOPIC"] == topic
     for name in (topic, ledger_topic(topic)):
         # ensure_topic: CreateTopics (authorized before "already exists"), DescribeConfigs; producer, loader

@@ -13,7 +13,7 @@ from pipeline_project.common.metrics.prometheus import METRICS, PipelineMetrics,
 def test_each_rank_exports_its_loader_lag_per_partition():
     from pipeline_project.training import run
 
-    inv = SimpleNamespace(job=SimpleNamespace(topic="wired"), dist=SimpleNamespace(rank=3))
+    inv = SimpleNamespace(job=SimpleNamespace(topic=SimpleNamespace(name="wired")), dist=SimpleNamespace(rank=3))
     figures = {"lag": {0: 5, 2: 1}, "lag_total": 6, "data_wait_fraction": 0.25, "tokens_delivered": 640}
     assert run._loader_lag(inv, SimpleNamespace(metrics=lambda: figures)) == 6
     value = METRICS.registry.get_sample_value

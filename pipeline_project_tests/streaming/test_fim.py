@@ -178,7 +178,7 @@ def test_a_fim_batch_resumes_exactly_and_another_fim_config_is_refused(stack, to
 def test_the_layout_resource_turns_fim_on_for_code_only():
     from pipeline_project.defs.resources.layout import PipelineLayout
 
-    assert not PipelineLayout().fim_policy().active
-    assert PipelineLayout(topic=TopicConfig(fim_code_rate=0.1)).fim_policy() == FimPolicy.deepseek()
-    spm = PipelineLayout(topic=TopicConfig(fim_code_rate=0.5, fim_mode="spm", fim_seed=3)).fim_policy()
+    assert not PipelineLayout().topic_spec.fim.active
+    assert PipelineLayout(topic=TopicConfig(fim_code_rate=0.1)).topic_spec.fim == FimPolicy.deepseek()
+    spm = PipelineLayout(topic=TopicConfig(fim_code_rate=0.5, fim_mode="spm", fim_seed=3)).topic_spec.fim
     assert spm.domains == {"code": FimConfig(rate=0.5, mode="spm")} and spm.seed == 3

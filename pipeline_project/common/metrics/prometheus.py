@@ -39,7 +39,7 @@ STEP_SECONDS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 # Every metric: (attribute of PipelineMetrics, type, name, help, labels)
-METRICS = (
+METRIC_TABLE = (
     # producer (one batch per ProduceReport)
     ("produce_messages", Counter, "pipeline_produce_messages", "Kafka messages produced", ("topic",)),
     ("produce_bytes", Counter, "pipeline_produce_bytes", "Token bytes produced", ("topic",)),
@@ -84,7 +84,7 @@ class PipelineMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._delivered_seen: dict[str, int] = {}
-        for attribute, kind, name, description, labels in METRICS:
+        for attribute, kind, name, description, labels in METRIC_TABLE:
             extra = {"buckets": STEP_SECONDS_BUCKETS} if kind is Histogram else {}
             setattr(self, attribute, kind(name, description, labels, registry=self.registry, **extra))
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dagster as dg
+from pydantic import ConfigDict
 
 from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_FIM_CODE_RATE, DEFAULT_RAW_PREFIX, DEFAULT_TOPIC
 from pipeline_project.streaming.kafka.format import DEFAULT_MESSAGE_BYTES, DEFAULT_SEQ_LEN
@@ -13,6 +14,8 @@ from pipeline_project.streaming.topic import TopicSpec
 class TopicConfig(dg.Config):
     """The token topic as Dagster config: `spec()` is the `TopicSpec` every part of the pipeline gets. The fields
     are TopicSpec's (a test keeps them equal), with fill-in-the-middle for the code domain as three fields."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str = DEFAULT_TOPIC
     partitions: int = 8
@@ -53,6 +56,8 @@ class TopicConfig(dg.Config):
 class IntakeConfig(dg.Config):
     """How the raw S3 sensor turns new objects into batches: the size of a batch, and the listing's bounds."""
 
+    model_config = ConfigDict(extra="forbid")
+
     max_objects_per_batch: int = 500
     max_batch_mb: int = 1024
     """A batch closes at max_objects_per_batch objects or max_batch_mb of raw bytes, whichever comes first."""
@@ -81,6 +86,10 @@ class IntakeConfig(dg.Config):
 
 
 class PipelineLayout(dg.ConfigurableResource):
+    """A field this does not have is refused, not ignored (a setting of an older layout names its group now)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     bucket: str = DEFAULT_BUCKET
     raw_prefix: str = DEFAULT_RAW_PREFIX
     shards_prefix: str = "shards/"
