@@ -33,7 +33,9 @@ def resources(stack, layout) -> dict:
     res["layout"] = layout
     # a dedup index of this test only (a schema of its own), and the filters in process: a worker pool
     # costs seconds to start, and test_ingest_graph runs one
-    res["dedup"] = DedupIndexResource(postgres_url=stack.postgres_url, schema_name=f"it_{layout.topic.split('-')[1]}")
+    res["dedup"] = DedupIndexResource(
+        postgres_url=stack.postgres_url, schema_name=f"it_{layout.topic.name.split('-')[1]}"
+    )
     res["cleaning"] = CleaningResource(workers=1)
     return res
 

@@ -47,7 +47,7 @@ def test_an_object_overwritten_after_its_batch_is_ingested_again_once(instance, 
     layout = PipelineLayout(**{**layout.model_dump(), "intake": {**layout.intake.model_dump(), "full_scan_every": 1}})
     resources = {**resources, "layout": layout}
     sensor_res = {k: resources[k] for k in ("s3", "layout")}
-    uid = layout.topic.split("-")[1]
+    uid = layout.topic.name.split("-")[1]
     # A fixed seed: the uid (a new seed each run) gave about 1 run in 11 a document that the quality filters drop
     # (e.g. uid eb34d514: the second version, for `duplicated_5_n_grams`), and its marker never reached the topic.
     rng = random.Random(0)
