@@ -108,3 +108,24 @@ def test_step_log_keeps_runs_per_step_and_hands_out_only_trained_steps():
     next(it), next(it), next(it)  # the third batch is fetched; say it was not trained
     assert log.take(12) == {"11": [[0, 1, 0, 2]], "12": [[2, 4, 7, 1], [2, 6, 0, 1]]}
     assert log.take(12) == {}
+
+
+def test_a_spans_header_that_inflates_past_its_bound_is_refused_without_inflating_it():
+    """Issue 37 finding 8: 8 KiB of zstd header could declare ~256 MiB and be walked byte by byte."""
+    import tracemalloc
+
+    import zstandard
+
+    from pipeline_project.streaming.kafka.spans import MAX_BODY_BYTES, TAG_ZSTD, decode_spans
+
+    compressor = zstandard.ZstdCompressor(level=19).compressobj()
+    packed = b"".join(compressor.compress(b"\x01" * (1 << 20)) for _ in range(256)) + compressor.flush()
+    assert len(packed) < 64 << 10  # a header the topic would carry
+    tracemalloc.start()
+    with pytest.raises(ValueError, match="inflates past"):
+        decode_spans(bytes([TAG_ZSTD]) + packed)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 3 * MAX_BODY_BYTES  # bounded by the cap, not by what the header declares
+    with pytest.raises(ValueError, match="truncated"):
+        decode_spans(bytes([1, 0x81]))  # a varint cut off

@@ -18,6 +18,7 @@ span of its own with the same ordinal (an ordinal delta of 0), so every copy tra
 
 from __future__ import annotations
 
+import io
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ import zstandard
 
 H_SPANS = "spans"
 MAX_HEADER_BYTES = 8192  # the topic leaves message_bytes // 128 + 16 KiB for headers (`topics.message_bytes_needed`)
+# A compressed header inflates to at most this: a message holds at most ~2^18 tokens (1 MiB of uint32), each span
+# at least two (a token and its EOS), a span at most 15 bytes (three 5-byte varints); 4 MiB covers it
+MAX_BODY_BYTES = 4 << 20
 TAG_OMITTED, TAG_PLAIN, TAG_ZSTD = 0, 1, 2
 
 
@@ -65,19 +69,39 @@ def encode_spans(spans: Sequence[Span]) -> bytes:
     return bytes([TAG_OMITTED])
 
 
+def _inflate(packed: bytes) -> bytes:
+    """The zstd body, read through a bounded stream: a header that declares (or inflates to) more than
+    `MAX_BODY_BYTES` is refused before more than that is held."""
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(packed)) as reader:
+        body = reader.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise ValueError(f"spans header inflates past {MAX_BODY_BYTES} bytes: not one the producer writes")
+    return body
+
+
+def _varints(body: bytes) -> np.ndarray:
+    """Every unsigned LEB128 varint of `body`, decoded at once (no per-byte Python)."""
+    b = np.frombuffer(body, dtype=np.uint8)
+    if b.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    ends = np.flatnonzero(b < 0x80)
+    if ends.size == 0 or ends[-1] != b.size - 1:
+        raise ValueError("truncated spans header")
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    if lengths.max() > 9:
+        raise ValueError("spans header holds a varint over 63 bits")
+    shifts = (np.arange(b.size) - np.repeat(starts, lengths)).astype(np.uint64) * np.uint64(7)
+    return np.add.reduceat((b & 0x7F).astype(np.uint64) << shifts, starts)
+
+
 def decode_spans(value: bytes | None) -> list[Span]:
     if not value or value[0] == TAG_OMITTED:
         raise SpansNotRecorded("the message carries no span records (produced before spans, or over the budget)")
     if value[0] not in (TAG_PLAIN, TAG_ZSTD):
         raise ValueError(f"unknown spans header tag {value[0]}")
-    body = value[1:] if value[0] == TAG_PLAIN else zstandard.ZstdDecompressor().decompress(value[1:])
-    numbers, current, shift = [], 0, 0
-    for byte in body:
-        current |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            numbers.append(current)
-            current, shift = 0, 0
+    body = value[1:] if value[0] == TAG_PLAIN else _inflate(value[1:])
+    numbers = _varints(body).tolist()
     if len(numbers) % 3:
         raise ValueError("truncated spans header")
     spans, ordinal = [], 0
