@@ -225,7 +225,9 @@ class DomainMixture:
 
     def plan_seek(self, state: Mapping[str, Any], own: bool, bounds: Any) -> SeekPlan:
         """Every domain's starts: its saved cursors, else (new domain, plain state) the state's low watermark."""
-        saved_domains = (state.get("mixture") or {}).get("domains") or {}
+        mixture = state.get("mixture") or {}
+        # a domain back from retirement resumes at its own cursors, as an active one does
+        saved_domains = {**(mixture.get("retired") or {}), **(mixture.get("domains") or {})}
         starts = {}
         for d in self.streams:
             saved = saved_domains.get(d)
@@ -235,7 +237,7 @@ class DomainMixture:
     def seek(self, plan: SeekPlan) -> None:
         """Seek every domain stream to its planned start; see the module docstring for what may change."""
         mixture = plan.state.get("mixture") or {}
-        saved_domains = dict(mixture.get("domains") or {})
+        saved_domains = {**(mixture.get("retired") or {}), **(mixture.get("domains") or {})}
         self.domain_skips = {}
         for d, s in self.streams.items():
             saved = saved_domains.pop(d, None)
@@ -245,7 +247,7 @@ class DomainMixture:
                 s.current = None if any(x.partition == saved["current"] for x in skipped) else saved["current"]
             else:
                 s.il, s.current = self._domain_interleaver(d), None
-        self.retired = {**dict(mixture.get("retired") or {}), **saved_domains}
+        self.retired = saved_domains  # what is left: the domains this mixture leaves out, at their cursors
         self.mix = self._new_mix()
         if mixture.get("rank"):
             exact = self.mix.load_state_dict(mixture["rank"], same_layout=plan.own)
