@@ -38,6 +38,7 @@ from pipeline_project.common.metrics import prometheus as prom
 from pipeline_project.common.s3 import key_in_bucket
 from pipeline_project.streaming.load.domain_source import make_loader
 from pipeline_project.streaming.load.loader import KafkaBlockLoader, LoaderConfig
+from pipeline_project.streaming.load.preflight import describe_topic
 from pipeline_project.streaming.tokenizer import TokenizerInfo, load_tokenizer
 from pipeline_project.training import distributed
 from pipeline_project.training.checkpoint.store import (
@@ -181,6 +182,7 @@ def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
         LoaderConfig(
             kafka=inv.job.kafka,
             topic=inv.job.topic.name,
+            partitions=agreed_partition_count(inv.job),
             seq_len=inv.job.topic.seq_len,
             batch_size=cfg.batch_size,
             rank=inv.dist.rank,
@@ -199,6 +201,13 @@ def _build_loader(inv: _Invocation, state: TrainingState) -> KafkaBlockLoader:
     if state.data_states:
         loader.load_state_dict(state.data_states)
     return loader
+
+
+def agreed_partition_count(job: JobConfig, describe=describe_topic) -> int:
+    """The topic's partition count, read once by rank 0 and handed to every rank (a collective): ranks that listed
+    it apart could see a topic grown in between, lay out different tables, read messages twice and save a mixed
+    layout no resume accepts."""
+    return distributed.run_on_main(lambda: len(describe(job.kafka.make_admin(), job.topic.name, 30.0)[0]))
 
 
 def dead_letter_count(loader: Any) -> int:

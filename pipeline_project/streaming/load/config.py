@@ -31,6 +31,9 @@ class LoaderConfig(BaseModel):
     config_version: Literal[2] = 2
     kafka: KafkaSettings
     topic: str = DEFAULT_TOPIC
+    # the topic's partition count every rank of the job agreed on (rank 0 reads it, the others are handed it); a
+    # partition added since is left to the next invocation. None: this rank reads it itself (one process).
+    partitions: int | None = Field(default=None, gt=0)
     seq_len: int = Field(gt=0)
     batch_size: int = Field(gt=0)
     rank: int = Field(default_factory=lambda: DistEnv.from_env().rank, ge=0)

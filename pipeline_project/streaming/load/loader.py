@@ -55,6 +55,16 @@ __all__ = [
 ]
 
 
+def agreed_partitions(cfg: LoaderConfig, found: tuple[int, ...], topic_id: str) -> tuple[tuple[int, ...], str]:
+    """The partitions this rank lays out: those of the count the ranks agreed on (`cfg.partitions`), so that every
+    rank builds the same table whatever it lists now; a topic that has fewer is refused."""
+    if cfg.partitions is None:
+        return found, topic_id
+    if len(found) < cfg.partitions:
+        raise StateError(f"topic {cfg.topic!r} has {len(found)} partitions, the job agreed on {cfg.partitions}")
+    return tuple(p for p in found if p < cfg.partitions), topic_id
+
+
 class KafkaBlockLoader:
     """Iterable of `torch.LongTensor [batch_size, seq_len]` read from a Kafka topic of token blocks."""
 
@@ -63,7 +73,9 @@ class KafkaBlockLoader:
         `mixture_loader.DomainMixture` (`mixture_loader.make_loader` picks by `cfg.mixture`)."""
         self.cfg = cfg
         self._admin = admin = cfg.kafka.make_admin()
-        self.all_partitions, self.topic_id = describe_topic(admin, cfg.topic, cfg.metadata_timeout_s)
+        self.all_partitions, self.topic_id = agreed_partitions(
+            cfg, *describe_topic(admin, cfg.topic, cfg.metadata_timeout_s)
+        )
         by_worker = shares_for_rank(
             self.all_partitions, rank=cfg.rank, world_size=cfg.world_size, num_workers=cfg.num_workers
         )
