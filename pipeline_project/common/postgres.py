@@ -29,6 +29,19 @@ LIBPQ_TIMEOUTS: dict[str, int] = {
 }
 
 
+# The server's side of the same bound, set by the project on every PostgreSQL it runs (the local stack,
+# deploy/k8s/base/postgres.yaml): a client host that dies or is cut off leaves a backend that holds its session's
+# advisory locks (a dedup attempt, a batch) until the server notices; with these it does within about 25 s
+# (idle 10 s, then 3 probes 5 s apart), and data it sends unacknowledged fails after 20 s, instead of the kernel's
+# 2 h 11 min. Test: pipeline_project_tests/stack/test_postgres_liveness.py.
+SERVER_KEEPALIVES: dict[str, int] = {
+    "tcp_keepalives_idle": 10,
+    "tcp_keepalives_interval": 5,
+    "tcp_keepalives_count": 3,
+    "tcp_user_timeout": 20_000,  # ms
+}
+
+
 def connect_kwargs(connect_timeout_s: int = CONNECT_TIMEOUT_S) -> dict[str, int]:
     """Keyword arguments for `psycopg2.connect(url, ...)` (they override the URL's own values)."""
     return {"connect_timeout": connect_timeout_s, **LIBPQ_TIMEOUTS}

@@ -16,6 +16,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from pipeline_project.common.postgres import SERVER_KEEPALIVES
 from pipeline_project.settings import LOCAL_POSTGRES_DATABASES, LOCAL_POSTGRES_PASSWORD, LOCAL_POSTGRES_USER
 from pipeline_project.stack.errors import StackError
 from pipeline_project.stack.processes import ManagedProcess, accepts_connections
@@ -82,6 +83,7 @@ class PostgresService(Service):
             "max_connections=200",
             "-c",
             "shared_buffers=64MB",
+            *(arg for name, value in SERVER_KEEPALIVES.items() for arg in ("-c", f"{name}={value}")),
         )
         return [
             ManagedProcess(

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from pipeline_project.cleaning.dedup.postgres import AttemptLostError, PostgresDedupIndex
+from pipeline_project.cleaning.dedup.postgres import AttemptLostError, DedupStoreUnavailableError, PostgresDedupIndex
 
 pytestmark = pytest.mark.stack
 
@@ -158,3 +158,19 @@ def test_a_version_1_index_is_migrated_in_place_with_every_row_published(pg_url)
     index = PostgresDedupIndex(pg_url)
     assert index.commit_batch("b", *_rows(6, 7), near_threshold=0.8) == {0: "exact_duplicate_of:old/doc-6"}
     index.close()
+
+
+def test_a_pending_attempt_outlives_a_stopped_writer_by_its_staleness_bound_at_most(pg_url):
+    """Issue 37 finding 3: an attempt's liveness is its session's lock; a writer that stops talking (a hung process,
+    a host whose death the network hides) must lose it after a bound the project sets, not the kernel's 2 h."""
+    stopped = PostgresDedupIndex(pg_url, stale_s=1.0)
+    assert _reserve(stopped, "a", "a-1", 1, 2) == {}
+    started = time.monotonic()
+    while _attempts(pg_url).get("a-1") == "pending" and time.monotonic() - started < 30:
+        _found(pg_url, "b", 1)  # every batch's begin_batch resolves the attempts whose lock is free
+        time.sleep(0.5)
+    assert "a-1" not in _attempts(pg_url) and time.monotonic() - started < 10  # removed: no manifest names it
+    assert _found(pg_url, "b", 1, 2) == [False, False]
+    with pytest.raises((AttemptLostError, DedupStoreUnavailableError)):
+        stopped.publish("a-1")  # the writer that comes back fails its step: the retry reserves again
+    stopped.close()

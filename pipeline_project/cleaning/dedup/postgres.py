@@ -58,6 +58,11 @@ from pipeline_project.common.postgres import connect_kwargs
 
 log = logging.getLogger(__name__)
 
+# The staleness bound of a pending attempt: its writer's session, idle (no query) for this long, is ended by the
+# server, so its lock is free and the next batch resolves it. Above any gap between two queries of a live writer (a
+# chunk's filtering, the manifest write); the server's keepalives bound a dead host's far sooner (`SERVER_KEEPALIVES`).
+STALE_ATTEMPT_S = 1800.0
+
 __all__ = ["AttemptLostError", "DedupStoreUnavailableError", "IndexTraffic", "PostgresDedupIndex"]
 
 _LOOKUP_CHUNK = 100_000
@@ -85,6 +90,7 @@ class PostgresDedupIndex:
         schema: str = "dedup",
         is_published: Callable[[str, str], bool] | None = None,
         wait_s: float = 600.0,
+        stale_s: float = STALE_ATTEMPT_S,
     ):
         if not schema.replace("_", "").isalnum():
             raise CleaningError(f"dedup index schema {schema!r}: letters, digits and _ only")
@@ -95,6 +101,7 @@ class PostgresDedupIndex:
         self.connect_timeout_s = connect_timeout_s
         self.is_published = is_published
         self.wait_s = wait_s
+        self.stale_s = stale_s
         self.batch_id: str | None = None
         self._entries: dict[int, tuple[str, str, bytes | None]] = {}
         self._conn = None
@@ -108,9 +115,10 @@ class PostgresDedupIndex:
         if self._conn is None or self._conn.closed:
             try:
                 # each index lives in a schema of its own (one per pipeline deployment, or per test)
-                self._conn = psycopg2.connect(
-                    self.url, options=f"-c search_path={self.schema}", **connect_kwargs(self.connect_timeout_s)
-                )
+                # a session idle for `stale_s` ends, and its attempts' locks with it: a pending attempt never outlives
+                # a writer that stopped (alive or not) by more than that
+                options = f"-c search_path={self.schema} -c idle_session_timeout={int(self.stale_s * 1000)}"
+                self._conn = psycopg2.connect(self.url, options=options, **connect_kwargs(self.connect_timeout_s))
             except psycopg2.Error as exc:
                 raise DedupStoreUnavailableError(f"dedup index database unreachable: {first_line(exc)}") from None
             self._ensure_schema()
