@@ -2,8 +2,8 @@
 
 An attempt (run and try) writes under prefixes of its own; what was published before stays until the new manifest
 replaces it. Order: clean (index lookups only) -> `before_publish(manifest)` (the caller refuses there, e.g. when
-the ledger holds other content) -> reserve in the index (pending, first writer wins) -> exclusion sink -> manifest
--> index rows visible.
+the ledger holds other content) -> reserve in the index (pending, first writer wins; late drops change the
+content) -> exclusion sink -> `before_publish(final manifest)` -> manifest -> index rows visible.
 """
 
 from __future__ import annotations
@@ -83,9 +83,11 @@ def clean_attempt(
     items: Iterable,
     records: ExclusionRecords,
     before_publish: Callable[[publish.ShardManifest], None],
+    previous: publish.ShardManifest | None = None,
 ) -> AttemptOutcome:
-    """Clean `items` into the attempt's shards, call `before_publish` with the would-be manifest, then publish.
-    Closes `index`; on any failure before publishing, removes what the attempt wrote."""
+    """Clean `items` into the attempt's shards, call `before_publish` with the would-be manifest, then publish,
+    calling it again with the manifest about to be written (after the index's late drops). Closes `index`; on any
+    failure before publishing, removes what the attempt wrote."""
     writer = run.writer()
     try:
         cleaner, out = _clean(run, index, items, writer, records)
@@ -94,6 +96,12 @@ def clean_attempt(
         writer.abort()
         index.close()
         raise
+
+    def write_manifest() -> publish.PublishedBatch:
+        final = run.shard_manifest(out, writer, run.attempt)
+        before_publish(final)  # again: the index's late drops may have changed what the batch holds
+        return publish.write_manifest(run.client, run.bucket, run.shard_dir, frozen_counts(final, previous))
+
     try:
         published = cleaner.publish(
             out,
@@ -101,14 +109,24 @@ def clean_attempt(
             writer,
             records,
             run.attempt,
-            lambda: publish.write_manifest(
-                run.client, run.bucket, run.shard_dir, run.shard_manifest(out, writer, run.attempt)
-            ),
+            write_manifest,
+            lambda: publish.read_published(run.client, run.bucket, run.shard_dir, run.attempt),
         )
     finally:
         traffic = getattr(index, "traffic", None)
         index.close()
+    if published.manifest.attributes != writer.attributes_key and writer.attributes_sha256:
+        run.client.delete_object(Bucket=run.bucket, Key=writer.attributes_key)  # frozen counts kept: not named
     return AttemptOutcome(out, published, traffic)
+
+
+def frozen_counts(final: publish.ShardManifest, previous: publish.ShardManifest | None) -> publish.ShardManifest:
+    """A re-clean that leaves the batch's content as it was keeps the attribute file of the publication it replaces:
+    the duplicate-cluster counts in it grow as other batches publish, and the rehydration weights `token_blocks`
+    derives from them (part of the ledger fingerprint) must stay those the batch was first produced with."""
+    if previous is None or not previous.attributes or previous.content_hash() != final.content_hash():
+        return final
+    return final.model_copy(update={"attributes": previous.attributes, "attributes_sha256": previous.attributes_sha256})
 
 
 def _clean(

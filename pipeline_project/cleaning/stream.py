@@ -186,23 +186,28 @@ class StreamingCleaner:
         exclusion_records: ExclusionRecords,
         attempt: str,
         write_manifest: Callable[[], T],
+        read_back: Callable[[], T | None],
     ) -> T:
         """Reserve the batch in the index as `attempt`, write the exclusion sink, then `write_manifest()` (which
         must name `attempt`), then make the index rows visible. A failure before the manifest removes the
-        attempt's rows and objects; after it, the manifest stands and the rows are published by whoever next
-        resolves the attempt (`PostgresDedupIndex.begin_batch`), while this step fails so its retry re-commits."""
+        attempt's rows and objects. A manifest write that raises may still have been applied (its answer lost, or
+        a cancel landing during it): `read_back()` (the stored publication if it names `attempt`, else None)
+        decides, so the objects a stored manifest names are never deleted (`_settle`)."""
         uses_index = index is not None and self.config.dedup.scope == "global"
         try:
             self.commit(out, index, writer, exclusion_records, attempt=attempt)
             writer.upload_exclusions()
             if uses_index:
                 index.confirm(attempt)
-            published = write_manifest()
         except BaseException:
             if uses_index:
                 index.abandon(attempt)
             writer.abort()
             raise
+        try:
+            published = write_manifest()
+        except BaseException as exc:  # noqa: BLE001 - a cancel too may land while the PUT is applied
+            published = _settle(exc, read_back, index if uses_index else None, writer, attempt)
         if uses_index:
             index.publish(attempt)
         return published
@@ -278,3 +283,27 @@ class StreamingCleaner:
         out.add_stats(list(stats_of.values()))
         out.check_counts()
         return True
+
+
+def _settle(exc: BaseException, read_back: Callable[[], T | None], index: DedupIndex | None, writer, attempt: str) -> T:
+    """After `write_manifest` raised `exc`: the stored publication if the manifest names `attempt` (a cancel is
+    raised again once the rows are published: the run still ends as canceled); otherwise remove what the attempt
+    wrote and raise. When S3 does not answer the read-back either, nothing is deleted: the attempt stays pending
+    and the next `begin_batch` resolves it from whatever manifest is stored."""
+    try:
+        stored = read_back()
+    except Exception as err:  # noqa: BLE001 - unknown is not absent: keep everything, raise the first failure
+        log.warning("batch attempt %s: manifest write failed (%s) and reading it back failed too (%s); its "
+                    "objects are kept, the index resolves it later", attempt, exc, err)  # fmt: skip
+        raise exc from None
+    if stored is None:
+        if index is not None:
+            index.abandon(attempt)
+        writer.abort()
+        raise exc
+    log.warning("batch attempt %s: the manifest write raised (%s) but the manifest is stored: published", attempt, exc)
+    if not isinstance(exc, Exception):
+        if index is not None:
+            index.publish(attempt)
+        raise exc
+    return stored

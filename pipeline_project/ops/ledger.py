@@ -28,12 +28,15 @@ def show(settings: Settings, batch: str, topic: str | None = None) -> dict[str, 
 
 
 def retire(settings: Settings, batch: str, reason: str, topic: str | None = None) -> tuple[str, list]:
-    """Retire the batch's ledger entry (fencing its producers): (the topic, the entries retired)."""
+    """Retire the batch's ledger entry (fencing its producers), holding the batch meanwhile (`common.batch_lock`):
+    (the topic, the entries retired)."""
+    from pipeline_project.common.batch_lock import batch_lock
     from pipeline_project.streaming.ledger.retire import retire_entry
 
     kafka, topic, index = connect.ledger(settings, topic)
     try:
-        return topic, retire_entry(kafka, topic, batch, reason, index=index)
+        with batch_lock(settings.postgres_url, batch):
+            return topic, retire_entry(kafka, topic, batch, reason, index=index)
     finally:
         index.close()
 

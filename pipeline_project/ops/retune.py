@@ -13,6 +13,8 @@ lists the ones it refused, with why, and then exits 1 if it refused any.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 
@@ -54,19 +56,18 @@ def produced_state(settings, topic: str, batches: list[str]) -> dict[str, str]:
     return out
 
 
-def retune_batches(
-    client, bucket: str, layout, config, batches: list[str], produced: dict[str, str] | None, forget=None
-) -> list:
-    """Re-decide each batch; with `produced` (the ledger state), also write the ones that may be written (the
-    others get `refused`, why); `forget`: `retune_write.forget_documents` for the dedup index."""
+# Holds one batch while a write decides and writes; yields what the ledger holds of it, read under the hold
+Guard = Callable[[str], AbstractContextManager[str | None]]
+
+
+def retune_batches(client, bucket: str, layout, config, batches: list[str], guard: Guard | None, forget=None) -> list:
+    """Re-decide each batch; with `guard`, also write the ones that may be written (the others get `refused`,
+    why), each under its guard: the ledger state and the manifest are read again there, so a batch produced or
+    re-published since the report read it is refused, not overwritten. `forget`: `retune.write.forget_documents`
+    for the dedup index."""
     from pipeline_project.cleaning.output.publish import read_shard_manifest
     from pipeline_project.cleaning.retune.decide import Retuner
-    from pipeline_project.cleaning.retune.write import (
-        RetuneRefusedError,
-        check_writable,
-        load_attributes,
-        write_retuned,
-    )
+    from pipeline_project.cleaning.retune.write import load_attributes
 
     results, retuners = [], {}
     for batch in batches:
@@ -77,16 +78,45 @@ def retune_batches(
             retuners[key] = Retuner(old, config, manifest.config_hash)
         rows = table.to_pylist()
         result = retuners[key].run(batch, rows, _text_of(client, bucket, manifest, rows))
-        if produced is not None:
-            try:
-                check_writable(result, produced.get(batch))
-            except RetuneRefusedError as refused:
-                result.refused = str(refused)
-            else:
-                write_retuned(client, bucket, layout.shard_dir(batch), manifest, table, result, config, forget)
-                result.written = True
+        if guard is not None:
+            _write_guarded(client, bucket, layout, config, (manifest, table, result), guard, forget)
         results.append(result)
     return results
+
+
+def _write_guarded(client, bucket: str, layout, config, read: tuple, guard: Guard, forget) -> None:
+    from pipeline_project.cleaning.output.publish import read_shard_manifest
+    from pipeline_project.cleaning.retune.write import RetuneRefusedError, check_writable, write_retuned
+
+    manifest, table, result = read
+    with guard(result.batch_id) as produced:
+        try:
+            if read_shard_manifest(client, bucket, layout.shard_dir(result.batch_id)) != manifest:
+                raise RetuneRefusedError(f"batch {result.batch_id} was published again since the retune read it; "
+                                         "run the retune again")  # fmt: skip
+            check_writable(result, produced)
+        except RetuneRefusedError as refused:
+            result.refused = str(refused)
+            return
+        write_retuned(client, bucket, layout.shard_dir(result.batch_id), manifest, table, result, config, forget)
+        result.written = True
+
+
+def known_state(produced: dict[str, str]) -> Guard:
+    """A guard that holds nothing and reports `produced` (one writer and a ledger state known beforehand: tests)."""
+    return lambda batch: nullcontext(produced.get(batch))
+
+
+def ledger_guard(settings, topic: str) -> Guard:
+    """Hold the batch (`common.batch_lock`, in the deployment's PostgreSQL) and read its ledger state under it."""
+    from pipeline_project.common.batch_lock import batch_lock
+
+    @contextmanager
+    def guard(batch: str) -> Iterator[str | None]:
+        with batch_lock(settings.postgres_url, batch):
+            yield produced_state(settings, topic, [batch]).get(batch)
+
+    return guard
 
 
 def _text_of(client, bucket: str, manifest, rows: list[dict]):
@@ -133,10 +163,9 @@ def run_retune(
 
     client = settings.s3_client()
     chosen = batches or published_batches(client, layout.bucket, layout.shards_prefix)
-    produced = produced_state(settings, layout.topic.name, chosen) if write else None
     forget = forget_documents(dedup_url or settings.postgres_url, dedup_schema)
-    results = retune_batches(client, layout.bucket, layout, config, chosen, produced, forget)
+    guard = ledger_guard(settings, layout.topic.name) if write else None
+    results = retune_batches(client, layout.bucket, layout, config, chosen, guard, forget)
     affected = sorted({a["batch"] for r in results for a in r.affected()})
-    if produced is None and affected:
-        produced = produced_state(settings, layout.topic.name, affected)
+    produced = produced_state(settings, layout.topic.name, affected) if affected else {}
     return report(results, produced)

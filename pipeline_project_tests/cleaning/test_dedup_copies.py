@@ -34,7 +34,7 @@ def _publish(pg_url, batch_id, texts, attempt, fail=False):
                 raise ConnectionError("S3 went away before the manifest")
             return "ok"
 
-        cleaner.publish(out, index, writer, _records, attempt, manifest)
+        cleaner.publish(out, index, writer, _records, attempt, manifest, lambda: None)  # no manifest stored
     finally:
         index.close()
     data = client.get_object(Bucket="b", Key=writer.attributes_key)["Body"].read()

@@ -9,6 +9,7 @@ names exactly the planted documents and the batches already in the topic, and `-
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -26,7 +27,7 @@ from pipeline_project.cleaning.retune.write import RetuneRefusedError, check_wri
 from pipeline_project.cleaning.stream import StreamingCleaner
 from pipeline_project.cli.retune import print_report
 from pipeline_project.defs.resources.layout import PipelineLayout, TopicConfig
-from pipeline_project.ops.retune import report, retune_batches, run_retune
+from pipeline_project.ops.retune import known_state, report, retune_batches, run_retune
 from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project_tests.cleaning.conftest import prose
 
@@ -126,7 +127,7 @@ def test_a_stricter_config_equals_a_full_re_clean_and_is_written(published):
     assert retuned == _decisions(table, "b1-reclean")
 
     # --write: the batch is published again without the newly dropped documents, same as the re-clean's shards
-    [written] = retune_batches(client, layout.bucket, layout, STRICT, ["b1"], {})
+    [written] = retune_batches(client, layout.bucket, layout, STRICT, ["b1"], known_state({}))
     assert written.written and not written.refused
     manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir("b1"))
     kept = [r["id"] for s in manifest.shards for r in read_shard(_get(client, layout.bucket, s.key))]
@@ -145,7 +146,7 @@ def test_looser_or_reshaped_configs_are_reported_as_undecidable_and_not_written(
     [loose] = retune_batches(client, layout.bucket, layout, looser, [batch], None)
     assert loose.undecidable() > 0
     assert any(k[1] == "undecidable" and "signal not computed" in k[2] for k in loose.changes())
-    [refused] = retune_batches(client, layout.bucket, layout, looser, [batch], {})
+    [refused] = retune_batches(client, layout.bucket, layout, looser, [batch], known_state({}))
     assert "need a re-clean" in refused.refused and not refused.written
     [shaped] = retune_batches(client, layout.bucket, layout, reshaped, [batch], None)
     assert any("fineweb: settings beyond thresholds changed" in n for n in shaped.notes)
@@ -156,7 +157,7 @@ def test_looser_or_reshaped_configs_are_reported_as_undecidable_and_not_written(
 def test_a_produced_batch_is_refused(published):
     client, layout = published
     [refused] = retune_batches(
-        client, layout.bucket, layout, STRICT, ["b1-reclean"], {"b1-reclean": "completed, 3 blocks"}
+        client, layout.bucket, layout, STRICT, ["b1-reclean"], known_state({"b1-reclean": "completed, 3 blocks"})
     )
     assert "already produced to Kafka" in refused.refused and not refused.written
     [result] = retune_batches(client, layout.bucket, layout, STRICT, ["b1-reclean"], None)
@@ -275,3 +276,52 @@ def publish_table(client, bucket, manifest):
     from pipeline_project.cleaning.output.attributes import read_attributes
 
     return read_attributes(_get(client, bucket, manifest.attributes))[0].to_pylist()
+
+
+def test_retune_write_refuses_a_batch_produced_after_the_report_read_it(local_stack, pg_url, monkeypatch):
+    """Issue 37 finding 1: `retune --write` read "produced or not" once, before its loop; a batch `token_blocks`
+    produced meanwhile had its manifest rewritten and its shards deleted under the blocks in the topic."""
+    from pipeline_project.ops import retune as ops_retune
+
+    settings = local_stack.settings()
+    settings = dataclasses.replace(settings, postgres_url=pg_url)
+    client = settings.s3_client()
+    run = uuid.uuid4().hex[:8]
+    layout = PipelineLayout(bucket=settings.bucket, shards_prefix=f"test-race-{run}/shards/",
+                            exclusions_prefix=f"test-race-{run}/x/", topic=TopicConfig(name=f"test-race-{run}"))  # fmt: skip
+    _clean(client, layout, "b1", BASE)
+    before = _manifest(client, layout, "b1")
+    real = ops_retune.produced_state
+    calls = []
+
+    def token_blocks_produces_it_meanwhile(settings, topic, batches):
+        calls.append(list(batches))
+        if len(calls) == 1:  # the read the report starts from: not produced yet ...
+            _produce_ledger_entry(settings, topic, "b1")  # ... and token_blocks produces it right after
+            return {}
+        return real(settings, topic, batches)
+
+    monkeypatch.setattr(ops_retune, "produced_state", token_blocks_produces_it_meanwhile)
+    monkeypatch.setattr(ops_retune, "ledger_guard", _first_read_then_guard(ops_retune), raising=False)
+    out = run_retune(settings, layout, STRICT, ["b1"], write=True, dedup_url=pg_url)
+    assert out["written"] == [] and "already produced to Kafka" in out["refused"]["b1"]
+    assert _manifest(client, layout, "b1") == before  # the manifest under the produced blocks is untouched
+    assert publish_verify(client, layout.bucket, before) == []  # and every shard it names is still there
+
+
+def _first_read_then_guard(ops_retune):
+    """Today's order: the ledger state is read before the loop (the first `produced_state` call), and the guard
+    reads it again under the batch's lock."""
+    real_guard = getattr(ops_retune, "ledger_guard", None)
+
+    def guard_factory(settings_, topic):
+        ops_retune.produced_state(settings_, topic, ["b1"])  # the report's read, before any write
+        return real_guard(settings_, topic)
+
+    return guard_factory
+
+
+def publish_verify(client, bucket, manifest):
+    from pipeline_project.cleaning.output.publish import verify_published
+
+    return verify_published(client, bucket, manifest)

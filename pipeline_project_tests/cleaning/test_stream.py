@@ -188,10 +188,10 @@ def test_publish_makes_the_index_rows_visible_only_after_the_manifest(manifest_f
 
     if manifest_fails:
         with pytest.raises(ConnectionError):
-            cleaner.publish(out, index, writer, _records, "a1", write_manifest)
+            cleaner.publish(out, index, writer, _records, "a1", write_manifest, lambda: None)
         assert index.calls == ["reserve", "confirm", "manifest", "abandon"]
         assert len(index) == 0 and client.objects == {}  # nothing published; the attempt's shards and sink deleted
     else:
-        assert cleaner.publish(out, index, writer, _records, "a1", write_manifest) == "published"
+        assert cleaner.publish(out, index, writer, _records, "a1", write_manifest, lambda: None) == "published"
         assert index.calls == ["reserve", "confirm", "manifest", "publish"]
         assert len(index) == 4

@@ -268,9 +268,11 @@ def _byte_ids(texts: list[str]) -> list[np.ndarray]:
 
 def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResource]:
     from pipeline_project.defs.resources.cleaning import CleaningResource
+    from pipeline_project.defs.resources.locks import BatchLocks
     from pipeline_project.defs.resources.pushgateway import PushgatewayResource
 
     return {
+        "locks": BatchLocks(),  # within this process
         "s3": MemoryS3Resource(store=store),
         "kafka": MemoryKafkaResource(store=store),
         "mlflow": MemoryMlflowResource(),

@@ -116,16 +116,16 @@ def test_rehydrated_blocks_hold_each_document_weight_times_exactly_once(instance
     assert (k["rehydrated_docs"], k["rehydration_copies"]) == (2, 3)
 
     catalog, tokenizer = DocumentCatalog(s3, layout.bucket, layout.shards_prefix), load_tokenizer()
-    by_text = _copies(_messages(resources["kafka"], on.topic), catalog, tokenizer)
+    by_text = _copies(_messages(resources["kafka"], on.topic.name), catalog, tokenizer)
     assert by_text == {_words(texts[n]): w for n, w in WEIGHTS.items()}
 
     again = _materialize(instance, resources, on, batch, [token_blocks_asset])
     assert _meta(again)["reused_existing"] is True and _meta(again)["offset_ranges"] == k["offset_ranges"]
-    assert len(_messages(resources["kafka"], on.topic)) == k["messages"]  # nothing produced twice
+    assert len(_messages(resources["kafka"], on.topic.name)) == k["messages"]  # nothing produced twice
 
     plain = _meta(_materialize(instance, resources, off, batch, [token_blocks_asset]))
     assert "rehydration_copies" not in plain
-    assert _copies(_messages(resources["kafka"], off.topic), catalog, tokenizer) == {
+    assert _copies(_messages(resources["kafka"], off.topic.name), catalog, tokenizer) == {
         _words(t): 1 for t in texts.values()
     }
     assert k["tokens"] - plain["tokens"] == sum(
@@ -136,3 +136,33 @@ def test_rehydrated_blocks_hold_each_document_weight_times_exactly_once(instance
     documents, rehydration = batch_documents(s3, on, manifest)
     with pytest.raises(LedgerConflictError, match=f"refusing.*packing {rehydration}"):
         _produce(resources["kafka"], off, documents, batch, manifest, rehydration)
+
+
+def _ingest(instance, resources, layout, s3, key: str, body: str, cursor=None):
+    """Upload one raw object and let the sensor make its batch: (batch id, the sensor's cursor)."""
+    s3.put_object(Bucket=layout.bucket, Key=f"{layout.raw_prefix}{key}", Body=body.encode())
+    with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                 resources={"s3": resources["s3"], "layout": layout}) as ctx:  # fmt: skip
+        result = raw_s3_sensor(ctx)
+    batch = result.run_requests[0].partition_key
+    instance.add_dynamic_partitions(batches.name, [batch])
+    return batch, result.cursor
+
+
+def test_a_reclean_after_other_batches_copied_its_documents_keeps_the_produced_weights(instance, resources, layout, s3):
+    """Issue 37 finding 6: duplicate-cluster counts grow as other batches publish; a re-clean of a produced batch
+    (the same content) wrote the grown counts, `token_blocks` derived other weights and failed for good on the
+    packing hash, and `ledger retire` could not help (a retirement compared the content hash only)."""
+    rng = random.Random(32)
+    texts = {name: prose_document(rng, "en", 4) for name in WEIGHTS}
+    on = _layout(layout, layout.topic.name, True)
+    body = "".join(json.dumps({"text": texts[n]}) + "\n" for n in LINES)
+    first, cursor = _ingest(instance, resources, layout, s3, "web/a.jsonl", body)
+    produced = _materialize(instance, resources, on, first, [raw_text, cleaned_shards, token_blocks_asset])
+    assert produced.success and _meta(produced)["rehydration_copies"] == 3
+    more = "".join(json.dumps({"text": texts[n]}) + "\n" for n in ("X", "Y", "Z"))  # more copies of every cluster
+    later, _ = _ingest(instance, resources, layout, s3, "web/b.jsonl", more, cursor)
+    assert _materialize(instance, resources, on, later, [raw_text, cleaned_shards]).success
+    again = _materialize(instance, resources, on, first, [cleaned_shards, token_blocks_asset])
+    assert again.success, [e.event_specific_data for e in again.all_events if e.is_step_failure]
+    assert _meta(again)["reused_existing"] is True and _meta(again)["offset_ranges"] == _meta(produced)["offset_ranges"]

@@ -182,6 +182,20 @@ def write_manifest(client, bucket: str, shard_dir: str, manifest: ShardManifest)
     return PublishedBatch(manifest=manifest, manifest_key=key, manifest_sha256=hashlib.sha256(body).hexdigest())
 
 
+def read_published(client, bucket: str, shard_dir: str, attempt: str) -> PublishedBatch | None:
+    """The batch's stored publication when its manifest names `attempt`, else None; raises when S3 does not
+    answer (then nobody knows whether the attempt's manifest was written)."""
+    key = manifest_key(shard_dir)
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except client.exceptions.NoSuchKey:
+        return None
+    manifest = ShardManifest.from_json(body)
+    if manifest.dedup_attempt != attempt:
+        return None
+    return PublishedBatch(manifest=manifest, manifest_key=key, manifest_sha256=hashlib.sha256(body).hexdigest())
+
+
 def read_shard_manifest_or_none(client, bucket: str, shard_dir: str) -> ShardManifest | None:
     try:
         return read_shard_manifest(client, bucket, shard_dir)

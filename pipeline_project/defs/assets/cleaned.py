@@ -10,6 +10,7 @@ from pipeline_project.defs.resources.cleaning import CleaningResource
 from pipeline_project.defs.resources.dedup import DedupIndexResource
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.locks import BatchLocks
 from pipeline_project.defs.resources.pushgateway import PushgatewayResource
 from pipeline_project.ingest.manifest import read_manifest
 
@@ -50,6 +51,7 @@ def cleaned_shards(
     kafka: KafkaResource,
     dedup: DedupIndexResource,
     pushgateway: PushgatewayResource,
+    locks: BatchLocks,
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning.attempt import clean_attempt
     from pipeline_project.cleaning.output import publish
@@ -60,18 +62,20 @@ def cleaned_shards(
     manifest = read_manifest(client, layout.bucket, batch_id)
     index = _open_index(dedup, config, client, layout)
     records = publish.exclusion_recorder(config)
-    previous = publish.read_shard_manifest_or_none(client, layout.bucket, layout.shard_dir(batch_id))
     run = _attempt(context, client, layout, cleaning, config, manifest)
-    outcome = clean_attempt(
-        run,
-        index,
-        iter_batch_items(client, manifest, config),
-        records,
-        lambda m: refuse_other_content(
-            kafka.ledger_records(layout.topic.name, batch_id), m.content_hash(), batch_id, layout.topic.name
-        ),
-    )
-    publish.delete_superseded(client, layout.bucket, previous, outcome.manifest)
+    with locks.hold(batch_id):  # no retune, retire or produce of this batch meanwhile
+        previous = publish.read_shard_manifest_or_none(client, layout.bucket, layout.shard_dir(batch_id))
+        outcome = clean_attempt(
+            run,
+            index,
+            iter_batch_items(client, manifest, config),
+            records,
+            lambda m: refuse_other_content(
+                kafka.ledger_records(layout.topic.name, batch_id), m.content_hash(), batch_id, layout.topic.name
+            ),
+            previous,
+        )
+        publish.delete_superseded(client, layout.bucket, previous, outcome.manifest)
     out = outcome.out
     context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {run.workers} filter workers")
     pushgateway.push_batch(

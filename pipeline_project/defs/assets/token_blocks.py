@@ -8,6 +8,7 @@ from pipeline_project.defs.assets.cleaned import cleaned_shards
 from pipeline_project.defs.partitions import NETWORK_RETRY, batches, latest_materialization_metadata
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.defs.resources.layout import PipelineLayout
+from pipeline_project.defs.resources.locks import BatchLocks
 from pipeline_project.defs.resources.mlflow import MlflowResource
 from pipeline_project.defs.resources.pushgateway import PushgatewayResource
 
@@ -66,15 +67,17 @@ def token_blocks(
     kafka: KafkaResource,
     mlflow: MlflowResource,
     pushgateway: PushgatewayResource,
+    locks: BatchLocks,
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning import read_shard_manifest
 
     batch_id = context.partition_key
     client = s3.get_client()
-    manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir(batch_id))
     cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
-    documents, rehydration = batch_documents(client, layout, manifest)
-    report = _produce(kafka, layout, documents, batch_id, manifest, rehydration)
+    with locks.hold(batch_id):  # no retune, retire or re-clean rewrites the batch while it is produced
+        manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir(batch_id))
+        documents, rehydration = batch_documents(client, layout, manifest)
+        report = _produce(kafka, layout, documents, batch_id, manifest, rehydration)
     pushgateway.push_batch("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))
     mlflow_url = None if report.reused else _log_produce_run(context, mlflow, layout, manifest, report)
     context.log.info(f"batch {batch_id}: {report.blocks} blocks, {report.tokens} tokens, reused={report.reused}")

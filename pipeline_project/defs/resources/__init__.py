@@ -10,6 +10,7 @@ from pipeline_project.defs.resources.dedup import DedupIndexResource
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.defs.resources.launchers import TrainerLaunch
 from pipeline_project.defs.resources.layout import PipelineLayout, TopicConfig
+from pipeline_project.defs.resources.locks import BatchLocks
 from pipeline_project.defs.resources.mlflow import MlflowResource
 from pipeline_project.defs.resources.pushgateway import PushgatewayResource
 from pipeline_project.defs.resources.trainer import TrainerResource
@@ -52,6 +53,7 @@ def build_resources(settings: Settings | None = None) -> dict:
         ),
         "cleaning": CleaningResource(config_path=s.cleaning_config_path),
         "dedup": DedupIndexResource(postgres_url=s.postgres_url),
+        "locks": BatchLocks(postgres_url=s.postgres_url),
         "trainer": TrainerResource(
             experiment_name=s.mlflow_experiment,
             launch=TrainerLaunch.from_json(s.trainer_launch),

@@ -35,13 +35,15 @@ def _packing(packing_hash: str) -> str:
     return f", packing {packing_hash}" if packing_hash else ", no FIM"
 
 
-def check_not_retired(retired: list[Retirement], content_hash: str, where: str) -> None:
+def check_not_retired(retired: list[Retirement], fingerprint: tuple, where: str) -> None:
+    """Refuse to produce again what a retirement names: the same content packed the same way (the same blocks).
+    The same content packed otherwise (another tokenizer, length, FIM or rehydration weights) makes other blocks."""
     for r in retired:
-        if r.content_hash == content_hash:
+        if r.fingerprint() == fingerprint:
             raise LedgerConflictError(
-                f"{where}: content {content_hash} was retired from this key ({r.reason!r}, by {r.operator}) and its "
-                f"{r.blocks} blocks at offsets {r.offsets} are still in the topic; producing it again would put them "
-                "there twice. Clean changed input as a new batch"
+                f"{where}: content {fingerprint[0]} was retired from this key ({r.reason!r}, by {r.operator}) and "
+                f"its {r.blocks} blocks at offsets {r.offsets} are still in the topic; producing the same blocks "
+                "again would put them there twice. Clean changed input as a new batch"
             )
 
 

@@ -20,6 +20,8 @@ class _Fingerprinted(Protocol):
     content_hash: str
     topic_id: str
 
+    def fingerprint(self) -> tuple: ...
+
 
 @dataclass
 class Retirement:
@@ -47,10 +49,16 @@ class Retirement:
     def offsets(self) -> dict[int, tuple[int, int]]:
         return {int(p): (int(r[0]), int(r[1])) for p, r in self.record.get("offsets", {}).items()}
 
+    def fingerprint(self) -> tuple:
+        """The retired record's fingerprint (`records.fingerprint_of`): content, tokenizer, length, packing."""
+        r = self.record
+        plain = (r["content_hash"], r.get("tokenizer_hash", ""), int(r.get("seq_len", 0)))
+        return plain + ((r["packing_hash"],) if r.get("packing_hash") else ())
+
     def covers(self, record: _Fingerprinted) -> bool:
-        """Is `record` this retired entry (or an older state of it)? Retired content never returns under its key
-        in the same topic (`producer` refuses it), so content hash and topic id identify it."""
-        return (record.content_hash, record.topic_id) == (self.content_hash, self.topic_id)
+        """Is `record` this retired entry (or an older state of it)? The same blocks never return under its key in
+        the same topic (`producer` refuses them), so fingerprint and topic id identify it."""
+        return (record.fingerprint(), record.topic_id) == (self.fingerprint(), self.topic_id)
 
 
 def retirements_to_json(ledger_key: str, log: list[Retirement]) -> bytes:

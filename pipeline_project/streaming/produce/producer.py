@@ -174,7 +174,7 @@ def _completed(
         return None
     where = batch.where
     try:
-        check_not_retired(batch.retired, batch.content_hash, where)
+        check_not_retired(batch.retired, batch.fingerprint, where)
     except LedgerConflictError:
         _close_input(items)
         raise
