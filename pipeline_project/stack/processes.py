@@ -112,11 +112,15 @@ class ManagedProcess:
             proc = psutil.Process(record["pid"])
             if abs(proc.create_time() - record["create_time"]) > 0.5 or proc.status() == psutil.STATUS_ZOMBIE:
                 return None
-            if not _same_command(proc.cmdline(), record["cmd"]):
-                return None
-            return proc
         except (psutil.NoSuchProcess, psutil.AccessDenied, KeyError):
             return None
+        try:
+            cmdline = proc.cmdline()
+        except psutil.AccessDenied:
+            return proc  # its pid and start time are ours; a command line we may not read does not make it another's
+        except psutil.NoSuchProcess:
+            return None
+        return proc if _same_command(cmdline, record["cmd"]) else None
 
     @property
     def pid(self) -> int | None:

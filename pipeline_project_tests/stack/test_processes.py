@@ -54,3 +54,19 @@ def test_log_tail_returns_the_last_lines(tmp_path):
     mp = managed(tmp_path, "talker", "print('\\n'.join(f'line {i}' for i in range(100)))")
     mp.spawn().wait(30)
     assert mp.tail(3) == ["line 97", "line 98", "line 99"]
+
+
+def test_a_running_process_whose_command_line_cannot_be_read_is_stopped_not_forgotten(tmp_path, monkeypatch):
+    """Issue 37: `stop()` unlinked the pid file of a process it could not match, and left it running. A server run
+    as another user (PostgreSQL as `postgres`) under a /proc that hides other users' command lines is one: its
+    pid and start time are the ones recorded, only its command line is unreadable."""
+    mp = managed(tmp_path, "other-user", "import time; time.sleep(600)")
+    popen = mp.spawn()
+
+    def hidden(self):
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "cmdline", hidden)
+    assert mp.is_running() and mp.stop() is True
+    popen.wait(10)
+    assert popen.returncode is not None and not mp.pid_file.exists()
