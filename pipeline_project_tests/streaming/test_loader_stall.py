@@ -66,3 +66,47 @@ def test_a_stall_past_stall_timeout_ends_in_a_clear_error():
     with pytest.raises(ReadTimeoutError, match=r"t\[0\]: no data for \d+s \(stall_timeout_s\) before the end offset 1"):
         _run(LateReader(after_s=60.0), idle=0.1, stall=0.4)
     assert 0.4 <= time.monotonic() - started < 5
+
+
+class SilentReader(LateReader):
+    """Streaming mode: no data for `after_s` (then one message, then the log end); `eof` says whether the fetches
+    meanwhile reach the log end (caught up) or not (the broker does not answer)."""
+
+    def __init__(self, eof: bool, after_s: float = 60.0):
+        super().__init__(after_s)
+        self.at_end = {0} if eof else set()
+        self.delivered = False
+
+    def fill(self, timeout: float) -> int:
+        if self.delivered:
+            self.at_end = {0}
+            time.sleep(timeout)
+            return 0
+        self.delivered = super().fill(timeout) > 0
+        return int(self.delivered)
+
+
+def _stream(reader, *, idle: float, stall: float) -> list:
+    assembler = BatchAssembler(
+        [reader], topic="t", batch_size=1, seq_len=SEQ_LEN, end_offsets=None, idle_timeout_s=idle,
+        stall_timeout_s=stall, poll_timeout_s=0.01, trace=False, pin_memory=False,
+        snapshot=lambda cursors, current: {"cursors": dict(cursors)}, stop=threading.Event(),
+    )  # fmt: skip
+    il = Interleaver({0: (0,)}, seed=0, rank=0)
+    return list(assembler.run(il, {0: Cursor(0)}, None, {0}))
+
+
+def test_streaming_mode_ends_after_idle_only_when_caught_up():
+    started = time.monotonic()
+    assert [type(i) for i in _stream(SilentReader(eof=True), idle=0.2, stall=30.0)] == [End]
+    assert time.monotonic() - started < 5
+
+
+def test_streaming_mode_waits_out_a_broker_stall_instead_of_ending_its_stream():
+    """Issue 37: a streaming loader ended its stream after `idle_timeout_s` during a broker stall."""
+    items = _stream(SilentReader(eof=False, after_s=0.6), idle=0.1, stall=10.0)
+    assert [type(i) for i in items][:1] == [Batch]  # the data after the stall, not the end of the stream
+    started = time.monotonic()
+    with pytest.raises(ReadTimeoutError, match=r"t\[0\]: no data for \d+s \(stall_timeout_s\) before the log end"):
+        _stream(SilentReader(eof=False), idle=0.1, stall=0.4)
+    assert time.monotonic() - started < 5

@@ -278,9 +278,10 @@ class BatchAssembler:
         return DeadLetter(err.topic, err.partition, err.offset, err.problem, value=value, headers=headers)
 
     def _wait_for(self, reader: PartitionReader, p: int) -> bool:
-        """Fetch until partition p has an entry. Streaming: False after idle_timeout_s. Bounded: the end offset is
-        known and not reached, so no data is a stall: logged after idle_timeout_s, waited out up to
-        stall_timeout_s, then ReadTimeoutError."""
+        """Fetch until partition p has an entry. No data for `idle_timeout_s` is the end of the stream only in
+        streaming mode with p caught up (its last fetch ended at the log end); otherwise it is a stall (a broker
+        unreachable, the end offset not reached): logged, waited out up to `stall_timeout_s`, then
+        ReadTimeoutError."""
         started = time.monotonic()
         warned = False
         buf = reader.buffers[p]
@@ -291,37 +292,59 @@ class BatchAssembler:
             waited = time.monotonic() - started
             if buf or waited <= self.idle_timeout_s:
                 continue
-            if self.end_offsets is None:
+            if self.end_offsets is None and p in _caught_up([reader]):
                 return False
-            if waited > self.stall_timeout_s:
-                raise ReadTimeoutError(
-                    f"{self.topic}[{p}]: no data for {waited:.0f}s (stall_timeout_s) before the end offset "
-                    f"{self.end_offsets[p]} captured at start (brokers unreachable, or records deleted?)"
-                )
+            self._stalled(waited, [p])
             if not warned:
                 warned = True
-                log.warning(
-                    "%s[%d]: no data for %.0fs before the end offset %d; waiting for it (a broker "
-                    "unreachable?), up to stall_timeout_s=%gs",
-                    self.topic,
-                    p,
-                    waited,
-                    self.end_offsets[p],
-                    self.stall_timeout_s,
-                )
+                self._warn_stall(p, waited)
         if warned:
             log.warning("%s[%d]: data again after a stall of %.0fs", self.topic, p, time.monotonic() - started)
         return True
 
+    def _stalled(self, waited: float, partitions: Sequence[int]) -> None:
+        if waited <= self.stall_timeout_s:
+            return
+        which = ", ".join(map(str, partitions))
+        if self.end_offsets:
+            where = f"the end offset {', '.join(str(self.end_offsets[p]) for p in partitions)} captured at start"
+        else:
+            where = "the log end"
+        raise ReadTimeoutError(
+            f"{self.topic}[{which}]: no data for {waited:.0f}s (stall_timeout_s) before {where} "
+            "(brokers unreachable, or records deleted?)"
+        )
+
+    def _warn_stall(self, p: int, waited: float) -> None:
+        end = f"the end offset {self.end_offsets[p]}" if self.end_offsets else "its log end"
+        text = "%s[%d]: no data for %.0fs before %s; waiting for it (a broker unreachable?), up to stall_timeout_s=%gs"
+        log.warning(text, self.topic, p, waited, end, self.stall_timeout_s)
+
     def _wait_ready(self, live: set[int], readers: Sequence[PartitionReader]) -> set[int] | None:
-        """Streaming: partitions with fetched entries; None after idle_timeout_s without any."""
-        deadline = time.monotonic() + self.idle_timeout_s
+        """Streaming: partitions with fetched entries; None after `idle_timeout_s` without any, once every live
+        partition is caught up (its last fetch ended at the log end). Partitions behind are a stall: waited out up
+        to `stall_timeout_s`, then ReadTimeoutError (a streaming loader does not end its stream on a broker cut)."""
+        started, warned = time.monotonic(), False
         while not self.stop.is_set():
             ready = {p for r in readers for p, b in r.buffers.items() if b and p in live}
             if ready:
+                if warned:
+                    log.warning("%s: data again after a stall of %.0fs", self.topic, time.monotonic() - started)
                 return ready
-            if time.monotonic() > deadline:
-                return None
+            waited = time.monotonic() - started
+            if waited > self.idle_timeout_s:
+                behind = sorted(live - _caught_up(readers))
+                if not behind:
+                    return None
+                self._stalled(waited, behind)
+                if not warned:
+                    warned = True
+                    self._warn_stall(behind[0], waited)
             for r in readers:
                 r.fill(self.poll_timeout_s / len(readers))
         return None
+
+
+def _caught_up(readers: Sequence[PartitionReader]) -> set[int]:
+    """The partitions whose last fetch ended at the log end (a reader that does not say: all of its own)."""
+    return {p for r in readers for p in (getattr(r, "at_end", None) if hasattr(r, "at_end") else r.partitions)}

@@ -103,6 +103,7 @@ class PartitionReader:
         self.buffers: dict[int, deque[BufferEntry]] = {p: deque() for p in self.partitions}
         self.paused: set[int] = set()
         self.ended: set[int] = set()  # bounded mode: reached the end offset, paused for good
+        self.at_end: set[int] = set()  # the last fetch of these ended at the log end (EOF): caught up
         self.consumer: Consumer | None = None
         self._high: dict[int, int] = {}  # last high watermark seen per partition, kept across close()
 
@@ -136,6 +137,7 @@ class PartitionReader:
             b.clear()
         self.paused.clear()
         self.ended.clear()
+        self.at_end.clear()
 
     def fill(self, timeout: float) -> int:
         """One consume() call; returns how many entries were queued."""
@@ -148,6 +150,7 @@ class PartitionReader:
                 if err.code() == KafkaError._PARTITION_EOF:
                     # everything before msg.offset() is consumed or a transaction marker
                     self.buffers[p].append(BufferEntry(msg.offset()))
+                    self.at_end.add(p)
                 elif err.code() == KafkaError._AUTO_OFFSET_RESET and p in self.buffers:
                     self._offset_gone(p, msg.offset(), err.str())
                 elif err.fatal() or not err.retriable():
@@ -156,6 +159,7 @@ class PartitionReader:
                     log.warning("kafka consumer (worker %d): %s", self.worker, err.str())
                 continue
             offset = msg.offset()
+            self.at_end.discard(p)
             if ends is not None and offset >= ends[p]:
                 if p not in self.ended:
                     self.buffers[p].append(BufferEntry(ends[p]))
