@@ -293,8 +293,13 @@ def _settle(exc: BaseException, read_back: Callable[[], T | None], index: DedupI
     try:
         stored = read_back()
     except Exception as err:  # noqa: BLE001 - unknown is not absent: keep everything, raise the first failure
-        log.warning("batch attempt %s: manifest write failed (%s) and reading it back failed too (%s); its "
-                    "objects are kept, the index resolves it later", attempt, exc, err)  # fmt: skip
+        log.warning(
+            "batch attempt %s: manifest write failed (%s) and reading it back failed too (%s); its "
+            "objects are kept, the index resolves it later",
+            attempt,
+            exc,
+            err,
+        )
         raise exc from None
     if stored is None:
         if index is not None:

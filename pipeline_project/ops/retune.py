@@ -92,8 +92,9 @@ def _write_guarded(client, bucket: str, layout, config, read: tuple, guard: Guar
     with guard(result.batch_id) as produced:
         try:
             if read_shard_manifest(client, bucket, layout.shard_dir(result.batch_id)) != manifest:
-                raise RetuneRefusedError(f"batch {result.batch_id} was published again since the retune read it; "
-                                         "run the retune again")  # fmt: skip
+                raise RetuneRefusedError(
+                    f"batch {result.batch_id} was published again since the retune read it; run the retune again"
+                )
             check_writable(result, produced)
         except RetuneRefusedError as refused:
             result.refused = str(refused)

@@ -143,12 +143,13 @@ def test_a_cache_that_missed_the_retirement_tombstones_still_decides_as_the_ledg
     stale = ProgressRecord(ledger_key="b1", content_hash="h-A", tokenizer_hash="t", seq_len=SEQ, topic_id="T",
                            transactions=1, messages=1, blocks=5, bytes=1, pad_tokens=0, padded_blocks=0,
                            offsets={0: (0, 0)}, stream_hash="s", transactional_id="tx")  # fmt: skip
-    retired = Retirement("progress", {"content_hash": "h-A", "topic_id": "T", "blocks": 9}, "r", "op")
+    record = {"content_hash": "h-A", "tokenizer_hash": "t", "seq_len": SEQ, "topic_id": "T", "blocks": 9}
+    retired = Retirement("progress", record, "r", "op")
     records = LedgerRecords(completed={}, progress={"b1": stale}, retired={"b1": [retired]})
     records.drop_retired()
     assert records.progress == {}
     other_topic = LedgerRecords(completed={}, progress={"b1": stale}, retired={"b1": [Retirement(
-        "progress", {"content_hash": "h-A", "topic_id": "older", "blocks": 9}, "r", "op")]})  # fmt: skip
+        "progress", {**record, "topic_id": "older"}, "r", "op")]})  # fmt: skip
     other_topic.drop_retired()
     assert "b1" in other_topic.progress  # a retirement in a deleted incarnation of the topic retires nothing here
 
