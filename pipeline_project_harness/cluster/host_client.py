@@ -25,7 +25,7 @@ def _kafka() -> KafkaSettings:
 
 def topic(name: str) -> dict:
     layout = ensure_topic(AdminClient(_kafka().admin_config()), name, partitions=3, replication_factor=3)
-    return {"partitions": layout.partitions, "replication_factor": layout.topic.replication_factor, **layout.config}
+    return {"partitions": layout.partitions, "replication_factor": layout.replication_factor, **layout.config}
 
 
 def produce(name: str, count: int, tag: str, timeout: float, ensure: bool) -> dict:

@@ -167,7 +167,8 @@ def test_a_pending_attempt_outlives_a_stopped_writer_by_its_staleness_bound_at_m
     assert _reserve(stopped, "a", "a-1", 1, 2) == {}
     started = time.monotonic()
     while _attempts(pg_url).get("a-1") == "pending" and time.monotonic() - started < 30:
-        _found(pg_url, "b", 1)  # every batch's begin_batch resolves the attempts whose lock is free
+        # every batch's begin_batch resolves the attempts whose lock is free; no manifest names this one
+        _found(pg_url, "b", 1, is_published=lambda b, a: False)
         time.sleep(0.5)
     assert "a-1" not in _attempts(pg_url) and time.monotonic() - started < 10  # removed: no manifest names it
     assert _found(pg_url, "b", 1, 2) == [False, False]

@@ -23,7 +23,7 @@ def test_ensure_topic_creates_rf3_minisr2_and_verifies(stack):
     name = unique_topic("layout")
     layout = ensure_topic(admin, name, config={"compression.type": "lz4"})
     assert layout.created
-    assert (layout.partitions, layout.topic.replication_factor) == (8, 3)
+    assert (layout.partitions, layout.replication_factor) == (8, 3)
     assert layout.config == {
         "min.insync.replicas": "2",
         "compression.type": "lz4",

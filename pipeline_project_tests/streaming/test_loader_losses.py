@@ -215,7 +215,7 @@ def test_a_batch_of_one_short_document_reaches_the_train_loop_with_its_tokens_in
     assert torch.equal(labels[0, :17], row[:17]) and torch.all(labels[0, 17:] == -100)
     seed_everything(0)
     model = build_model("tiny", SMALL_VOCAB)
-    train_cfg = tiny_config(seq_len=seq, batch_size=1, max_steps=3)
+    train_cfg = tiny_config(batch_size=1, max_steps=3)
     result = train(train_cfg, batches * 3, model=model, optimizer=build_optimizer(model, train_cfg))
     assert result.steps == 3 and all(np.isfinite(result.losses))
     assert result.tokens == 3 * 17  # padding is never trained on or counted

@@ -133,6 +133,7 @@ KILLED_RUN = """
 import os, signal, sys
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.produce.producer import produce_blocks
+from pipeline_project.streaming.produce.request import ProduceRequest
 from pipeline_project_tests.streaming.test_producer_chunks import _blocks, _kw, _pieces
 
 make = KafkaSettings.make_transactional_producer
@@ -154,7 +155,8 @@ class DiesAtThirdCommit:
 
 
 KafkaSettings.make_transactional_producer = lambda self, *a, **k: DiesAtThirdCommit(make(self, *a, **k))
-produce_blocks(KafkaSettings(bootstrap_servers=sys.argv[1]), sys.argv[2], _pieces(_blocks()), **_kw("b1"))
+settings = KafkaSettings(bootstrap_servers=sys.argv[1])
+produce_blocks(settings, ProduceRequest(topic=sys.argv[2], **_kw("b1")), _pieces(_blocks()))
 """
 
 

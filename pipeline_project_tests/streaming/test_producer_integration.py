@@ -58,6 +58,10 @@ def topic_and_settings(stack):
     return topic, s
 
 
+def _produce(settings, topic, items, **fields):
+    return produce_blocks(settings, ProduceRequest(topic=topic, **fields), items)
+
+
 # small messages so that a few hundred blocks spread over all 8 partitions
 SMALL = ProducerConfig(max_message_bytes=SEQ * 4 * 5)
 
@@ -106,7 +110,7 @@ def test_produce_blocks_writes_all_blocks_with_offsets_and_spread(topic_and_sett
 def test_same_ledger_key_produces_once(topic_and_settings):
     topic, s = topic_and_settings
     kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-b", ledger_key="batch-2", content_hash="h2", config=SMALL)
-    first = produce_blocks(s, topic, [_blocks(1, 30)], **kw)
+    first = _produce(s, topic, [_blocks(1, 30)], **kw)
     pulled, closed = [], []
 
     def second_iter():
@@ -117,7 +121,7 @@ def test_same_ledger_key_produces_once(topic_and_settings):
         finally:
             closed.append(True)
 
-    second = produce_blocks(s, topic, second_iter(), **kw)
+    second = _produce(s, topic, second_iter(), **kw)
     assert second.reused and not first.reused
     # read ahead only while the ledger was read, at most one transaction's worth, then closed
     assert len(pulled) <= SMALL.transaction_max_bytes // (30 * SEQ * 4) + 1 and closed == [True]
@@ -132,7 +136,7 @@ def test_same_ledger_key_produces_once(topic_and_settings):
     assert len(raw) == 1 and json.loads(raw[0].value())["blocks"] == 30
 
     with pytest.raises(LedgerConflictError, match="batch-2"):
-        produce_blocks(s, topic, [_blocks(9, 3)], **{**kw, "content_hash": "other"})
+        _produce(s, topic, [_blocks(9, 3)], **{**kw, "content_hash": "other"})
     assert len(_decoded(s, topic)[0]) == first.messages
 
 
@@ -146,13 +150,13 @@ def test_failure_while_reading_opens_no_transaction_and_retry_produces_once(topi
         raise OSError("S3 read failed")
 
     with pytest.raises(OSError, match="S3 read failed"):
-        produce_blocks(s, topic, failing(), **kw)
+        _produce(s, topic, failing(), **kw)
     assert consume_all(s, topic) == []
     # the chunk is staged before its transaction opens: reading and tokenizing never run inside one
     assert consume_all(s, topic, isolation="read_uncommitted") == []
     assert "batch-3" not in read_ledger(s, topic)
 
-    report = produce_blocks(s, topic, [_blocks(3, 40), _blocks(4, 2)], **kw)
+    report = _produce(s, topic, [_blocks(3, 40), _blocks(4, 2)], **kw)
     assert report.blocks == 42 and not report.reused
     _msgs, decoded = _decoded(s, topic)
     assert sum(len(b) for b in decoded.values()) == 42
@@ -172,8 +176,8 @@ def test_input_failing_while_the_producer_connects_leaves_the_retry_unfenced(top
         yield  # pragma: no cover - a generator that fails on its first pull
 
     with pytest.raises(OSError, match="no such shard"):
-        produce_blocks(s, topic, failing_at_once(), **kw)
-    report = produce_blocks(s, topic, [_blocks(5, 12)], **kw)
+        _produce(s, topic, failing_at_once(), **kw)
+    report = _produce(s, topic, [_blocks(5, 12)], **kw)
     assert (report.blocks, report.reused) == (12, False)
     assert sum(len(b) for b in _decoded(s, topic)[1].values()) == 12
 
@@ -291,9 +295,9 @@ def test_delivery_failure_inside_transaction_raises_and_aborts(stack):
 def test_empty_input_is_recorded_once(topic_and_settings):
     topic, s = topic_and_settings
     kw = dict(tokenizer=FakeTok, seq_len=SEQ, source="shard-e", ledger_key="batch-empty", content_hash="he")
-    first = produce_blocks(s, topic, [], **kw)
+    first = _produce(s, topic, [], **kw)
     assert (first.blocks, first.messages, first.offsets, first.reused) == (0, 0, {}, False)
-    assert produce_blocks(s, topic, [], **kw).reused
+    assert _produce(s, topic, [], **kw).reused
     assert consume_all(s, topic) == []
     assert read_ledger(s, topic)["batch-empty"].blocks == 0
 
@@ -301,8 +305,8 @@ def test_empty_input_is_recorded_once(topic_and_settings):
 def test_verify_produced_detects_claims_the_topic_does_not_hold(topic_and_settings):
     topic, s = topic_and_settings
     kw = dict(tokenizer=FakeTok, seq_len=SEQ, content_hash="hv", config=SMALL)
-    mine = produce_blocks(s, topic, [_blocks(7, 16)], source="shard-v1", ledger_key="batch-v1", **kw)
-    other = produce_blocks(s, topic, [_blocks(8, 16)], source="shard-v2", ledger_key="batch-v2", **kw)
+    mine = _produce(s, topic, [_blocks(7, 16)], source="shard-v1", ledger_key="batch-v1", **kw)
+    other = _produce(s, topic, [_blocks(8, 16)], source="shard-v2", ledger_key="batch-v2", **kw)
     assert verify_produced(s, mine)["blocks"] == 16
     assert verify_produced(s, other)["blocks"] == 16
     from dataclasses import replace
