@@ -133,7 +133,7 @@ class PostgresDedupIndex:
         try:
             with conn, conn.cursor() as cur:
                 yield cur
-        except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:  # Interface: ended while `with conn` closed it
+        except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:  # Interface: `with conn` on an ended one
             self.close()
             raise DedupStoreUnavailableError(f"dedup index database failed: {first_line(exc)}") from None
 
