@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from filelock import FileLock
 
 from pipeline_project.settings import Settings
 from pipeline_project.stack import DEFAULT_SERVICES, Stack
@@ -20,27 +21,37 @@ from pipeline_project.stack import DEFAULT_SERVICES, Stack
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-# Fixtures that start or need a real service: a test using one is in the integration tier.
-SERVICE_FIXTURES = {"stack", "local_stack", "pg_url", "pg_instance", "fault_stack", "healthy_stack", "cluster"}
+# Fixtures that start or need a real service: a test using one is in the integration tier (`tier_of`).
+SERVICE_FIXTURES = {"stack", "local_stack", "pg_url", "pg_instance", "healthy_stack", "secure", "s3_stack"}
+FAULT_FIXTURES = {"fault_stack", "healthy_stack"}  # a throw-away stack whose processes the test kills or cuts
+CLUSTER_FIXTURES = {"cluster"}  # the namespace cluster
+# Session or module fixtures of one shared process (Dagster's webserver, a SASL cluster): every test that uses one
+# runs on the same pytest-xdist worker (`--dist loadgroup`), so the process starts once and no other test stops it.
+# The fault tests share their throw-away stack, so they run one after another on a worker of their own.
+SHARED_PROCESS_GROUPS = {"stack_dagster": "dagster", "secure": "secure", "fault_stack": "fault"}
+
+
+def tier_of(fixtures: set[str], marks: set[str]) -> str | None:
+    """The tier a test runs in, from the fixtures it uses and its marks alone (never its folder): `cluster`,
+    `fault`, `integration`, or None for the fast tier. The `stack` mark covers a test that starts services itself."""
+    if fixtures & CLUSTER_FIXTURES:
+        return "cluster"
+    if fixtures & FAULT_FIXTURES:
+        return "fault"
+    if fixtures & SERVICE_FIXTURES or "stack" in marks:
+        return "integration"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tiers (`scripts/test.sh --fast | --integration | --fault | --cluster`): the fault tier is
-    `reliability/`, the cluster tier `cluster/`, the integration tier every other test that needs a real service
-    (through a fixture above or the `stack` mark); the rest is the fast tier."""
+    """Tiers (`scripts/test.sh --fast | --integration | --fault | --cluster`) and xdist groups, set per test."""
     for item in items:
-        path = Path(str(item.fspath)).relative_to(REPO_ROOT / "pipeline_project_tests").parts
-        if path[0] == "reliability":
-            item.add_marker(pytest.mark.fault)
-        elif path[0] == "cluster":
-            if "cluster" in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.cluster)
-        elif (
-            path[0] in ("stack", "ui")  # these start, stop or drive services of their own
-            or SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
-            or item.get_closest_marker("stack")
-        ):
-            item.add_marker(pytest.mark.integration)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        tier = tier_of(fixtures, {m.name for m in item.iter_markers()})
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
+        for name in sorted(fixtures & SHARED_PROCESS_GROUPS.keys()):
+            item.add_marker(pytest.mark.xdist_group(SHARED_PROCESS_GROUPS[name]))
 
 
 @pytest.fixture(scope="session")
@@ -82,14 +93,41 @@ def local_stack() -> Iterator[Stack]:
     users_dir = stack.state_dir / "test-sessions"
     marker = _register_session(users_dir)
     started: list[str] = []
-    if not stack.is_healthy(DEFAULT_SERVICES):
-        started = stack.up(DEFAULT_SERVICES, timeout=300)
+    with FileLock(users_dir / ".starting"):  # pytest-xdist workers (and other sessions) start it once
+        if not stack.is_healthy(DEFAULT_SERVICES):
+            started = stack.up(DEFAULT_SERVICES, timeout=300)
     try:
         yield stack
     finally:
         marker.unlink(missing_ok=True)
         if started and not _other_live_sessions(users_dir):
             stack.stop(started)
+
+
+@pytest.fixture(scope="session")
+def stack_dagster(local_stack: Stack) -> Iterator[Path]:
+    """The stack's Dagster (webserver and daemon) for this session, its instance's home yielded. The checkpoint
+    trigger is held while the session runs: the daemon never trains in the background of the suite (a test that
+    needs the trigger releases the hold itself)."""
+    import time
+
+    import dagster as dg
+
+    from pipeline_project.defs.sensors.trigger_policy import hold_trigger, release_trigger
+
+    with FileLock(local_stack.state_dir / "test-sessions" / ".starting"):
+        started = local_stack.up(["dagster"], timeout=300)
+    home = local_stack.services["dagster"].home
+    owner = f"pytest-{os.getpid()}"
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        hold_trigger(instance, owner, seconds=4 * 3600, now=time.time())
+    try:
+        yield home
+    finally:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            release_trigger(instance, owner)
+        if started and not _other_live_sessions(local_stack.state_dir / "test-sessions"):
+            local_stack.stop(started)
 
 
 @pytest.fixture(scope="session")

@@ -2,41 +2,61 @@
 # The README's test command: set up, lint, then run the whole suite (what CI runs). The pytest session fixture
 # reuses a running local stack or starts one (3 Kafka brokers, S3, MLflow, PostgreSQL) and stops what it started.
 #
-# One tier alone (markers set in pipeline_project_tests/conftest.py):
-#   --fast          no service, stand-ins and pure logic, on every core (pytest-xdist; PYTEST_WORKERS=N to choose);
-#                   skips setup when .venv exists. 732 tests in 1 min 45 s here on 2026-12-06, nothing else running
-#   --integration   tests against the real local stack
-#   --fault         processes of throw-away stacks killed and cut (pipeline_project_tests/reliability)
+# One tier alone (set per test from its fixtures in pipeline_project_tests/conftest.py, `tier_of`):
+#   --fast          no service: stand-ins and pure logic, on every core (pytest-xdist; PYTEST_WORKERS=N to choose);
+#                   skips setup when .venv exists
+#   --integration   tests against the real local stack: in parallel groups (pytest-xdist --dist loadgroup,
+#                   PYTEST_INTEGRATION_WORKERS workers, default 4; the tests of one shared process, Dagster's webserver
+#                   or the SASL cluster, share a worker), then the `serial` ones (they restart a shared service) alone
+#   --fault         processes of a throw-away stack killed and cut (pipeline_project_tests/reliability), one at a time
 #   --cluster       the network-namespace cluster (root; pipeline_project_tests/cluster)
 # Other arguments go to pytest.
 #
-# With no tier flag (CI): the fast tier first, alone, on every core; then the integration and fault tiers one test at
-# a time (they share the local stack) with the cluster tier beside them in a second pytest session: its tests mostly
-# wait on cut links and restarts, and it shares nothing with the others (its own namespaces, addresses and state).
-# Its output is printed when both are done, then each session's time. The script fails if any session does.
+# With no tier flag (CI): the fast tier first, alone, on every core; then the integration and fault tiers on one
+# local stack started here, in parallel groups (the fault tests one after another on a worker of their own, on their
+# throw-away stack), then the `serial` tests; the cluster tier runs beside them in a session of its own: its tests
+# mostly wait on cut links and restarts, and it shares nothing with the others (its own namespaces, addresses and
+# state). Its output is printed when all are done, then each tier's time and the load average. The script fails if
+# any tier does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tier=()
+FAST=(-m "not integration and not fault and not cluster" -n "${PYTEST_WORKERS:-auto}")
+tier=""
 case "${1:-}" in
-  --fast) tier=(-m "not integration and not fault and not cluster" -n "${PYTEST_WORKERS:-auto}"); shift ;;
-  --integration) tier=(-m "integration and not fault and not cluster"); shift ;;
-  --fault) tier=(-m fault); shift ;;
-  --cluster) tier=(-m cluster); shift ;;
+  --fast | --integration | --fault | --cluster) tier=${1#--}; shift ;;
 esac
-if [ "${tier[1]:-}" != "not integration and not fault and not cluster" ] || [ ! -x .venv/bin/python ]; then
+if [ "$tier" != fast ] || [ ! -x .venv/bin/python ]; then
   bash scripts/setup.sh
 fi
 echo "==> ruff check + ruff format --check"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-if [ ${#tier[@]} -gt 0 ]; then
-  exec .venv/bin/python -m pytest "${tier[@]}" "$@"
-fi
+
+ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }  # 5: no test selected, as when a path names one tier only
+# $1: the tiers run in parallel groups, then the `serial` tests alone
+groups_then_serial() {
+  local tiers=$1 groups=0 serial=0
+  shift
+  .venv/bin/python -m pytest -m "($tiers) and not serial" -n "${PYTEST_INTEGRATION_WORKERS:-4}" --dist loadgroup \
+    "$@" || groups=$?
+  .venv/bin/python -m pytest -m "($tiers) and serial" "$@" || serial=$?
+  ok "$groups" || return "$groups"
+  ok "$serial" || return "$serial"
+  [ "$groups" -eq 0 ] || [ "$serial" -eq 0 ] || return 5
+}
+case "$tier" in
+  fast) exec .venv/bin/python -m pytest "${FAST[@]}" "$@" ;;
+  integration) groups_then_serial integration "$@"; exit ;;
+  fault) exec .venv/bin/python -m pytest -m fault "$@" ;;
+  cluster) exec .venv/bin/python -m pytest -m cluster "$@" ;;
+esac
+
 elapsed() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
 started=$SECONDS
 fast=0
-.venv/bin/python -m pytest -m "not integration and not fault and not cluster" -n "${PYTEST_WORKERS:-auto}" "$@" || fast=$?
+.venv/bin/python -m pytest "${FAST[@]}" "$@" || fast=$?
 fast_s=$((SECONDS - started))
+
 log=$(mktemp -t cluster-tier.XXXXXX.log)
 (
   begun=$SECONDS
@@ -47,19 +67,28 @@ log=$(mktemp -t cluster-tier.XXXXXX.log)
   exit "$rc"
 ) &
 cluster_pid=$!
-trap 'kill "$cluster_pid" 2>/dev/null || true' EXIT
+stack_started=""
+cleanup() {
+  kill "$cluster_pid" 2>/dev/null || true
+  [ -z "$stack_started" ] || .venv/bin/pipeline-project stack down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# one stack for every session below (their fixtures find it healthy and leave it running)
+if ! .venv/bin/pipeline-project stack status >/dev/null 2>&1; then
+  stack_started=yes
+  .venv/bin/pipeline-project stack up
+fi
 rest_started=$SECONDS
 rest=0
-.venv/bin/python -m pytest -m "(integration or fault) and not cluster" "$@" || rest=$?
+groups_then_serial "integration or fault" "$@" || rest=$?
 rest_s=$((SECONDS - rest_started))
+
 cluster=0
 wait "$cluster_pid" || cluster=$?
-trap - EXIT
 echo "==> the cluster tier (run beside the integration and fault tiers; log $log)"
 cat "$log"
-echo "==> exit status: fast tier $fast, integration and fault tiers $rest, cluster tier $cluster" \
-  "(5: no test selected, as when a path names one side)"
+echo "==> exit status: fast tier $fast, integration and fault tiers $rest, cluster tier $cluster (5: no test selected)"
 echo "==> took: fast tier $(elapsed "$fast_s"), integration and fault tiers $(elapsed "$rest_s"), all tiers" \
   "$(elapsed $((SECONDS - started))) (load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
-ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 ok "$fast" && ok "$rest" && ok "$cluster" && ! { [ "$fast" -eq 5 ] && [ "$rest" -eq 5 ] && [ "$cluster" -eq 5 ]; }

@@ -103,6 +103,7 @@ def test_database_down_is_one_clear_error():
         WholeBatchPipeline(CONFIG).run(_docs("d", _corpus(4, 2)), "d", index)
 
 
+@pytest.mark.serial  # restarts the shared PostgreSQL
 def test_the_index_persists_across_a_server_restart(pg_url, local_stack):
     texts = _corpus(5, 3)
     index = PostgresDedupIndex(pg_url)

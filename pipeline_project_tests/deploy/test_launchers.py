@@ -143,6 +143,45 @@ def test_the_local_command_is_the_same_entry_point():
     ]
 
 
+def test_a_niceness_prefixes_the_local_command_with_nice():
+    assert subprocess_command(1, python="py", niceness=10)[:4] == ["nice", "-n", "10", "py"]
+    assert subprocess_command(2, python="py", niceness=5)[:6] == [
+        "nice",
+        "-n",
+        "5",
+        "py",
+        "-m",
+        "torch.distributed.run",
+    ]
+    assert subprocess_command(1, python="py", niceness=0)[0] == "py"
+
+
+@pytest.mark.parametrize(
+    ("tags", "gpus", "niceness"),
+    [
+        ({"dagster/sensor_name": "checkpoint_trigger_sensor"}, 0, 10),  # triggered, CPU only: low priority
+        ({"dagster/sensor_name": "checkpoint_trigger_sensor"}, 2, 0),  # a GPU trains at normal priority
+        ({}, 0, 0),  # materialized by hand (the UI, the demo): normal priority
+    ],
+)
+def test_only_a_triggered_training_without_a_gpu_runs_at_low_priority(monkeypatch, tags, gpus, niceness):
+    from types import SimpleNamespace
+
+    from pipeline_project.defs.resources import trainer
+
+    launched = {}
+
+    def launch(context, launch, job, nproc, niceness=0):
+        launched.update(nproc=nproc, niceness=niceness)
+        return SimpleNamespace(get_materialize_result=lambda: "result")
+
+    monkeypatch.setattr(trainer, "launch_trainer", launch)
+    monkeypatch.setattr(trainer.TrainerResource, "_gpus", lambda self: gpus)
+    context = SimpleNamespace(run=SimpleNamespace(tags=tags))
+    assert trainer.TrainerResource().run(context, job=None) == "result"
+    assert launched == {"nproc": max(1, gpus), "niceness": niceness}
+
+
 class _Recorder:
     calls: ClassVar[list[dict]] = []
 

@@ -17,12 +17,9 @@ pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
-def stack_env(local_stack):
-    """The stack's client environment, Dagster's webserver included (started for this module when not running)."""
-    started = local_stack.up(["dagster"], timeout=240)
-    yield local_stack.config.client_env()
-    if started:
-        local_stack.stop(started)
+def stack_env(local_stack, stack_dagster):
+    """The stack's client environment, Dagster's webserver included."""
+    return local_stack.config.client_env()
 
 
 def _closed_port() -> int:

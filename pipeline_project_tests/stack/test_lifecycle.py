@@ -67,6 +67,7 @@ def test_up_is_idempotent_for_a_running_service(s3_stack: Stack):
     assert s3_stack.process("s3").pid == pid
 
 
+@pytest.mark.stack  # s3proxy's jar, from setup
 def test_taken_port_is_a_one_line_error_naming_port_and_owner(tmp_path):
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

@@ -68,14 +68,13 @@ def _train(instance, resources, *, with_checks: bool) -> Training:
 
 
 @pytest.fixture(scope="session")
-def demo_runs(local_stack, stack) -> DemoRuns:
+def demo_runs(local_stack, stack, stack_dagster) -> DemoRuns:
     from pipeline_project.defs.resources import build_resources
     from pipeline_project.defs.resources.cleaning import CleaningResource
     from pipeline_project.defs.resources.dedup import DedupIndexResource
     from pipeline_project.defs.resources.trainer import TrainerResource
     from pipeline_project.demo.sample.corpus import generate
 
-    started = local_stack.up(["dagster"], timeout=300)
     uid = uuid.uuid4().hex[:8]
     layout = PipelineLayout(
         raw_prefix=f"ui-{uid}/raw/",
@@ -102,7 +101,7 @@ def demo_runs(local_stack, stack) -> DemoRuns:
     half = len(sample) // 2
     one = [type(f)(f.key.replace("raw/sample/", "one/"), f.data) for f in sample[:half]]
     two = [type(f)(f.key.replace("raw/sample/", "two/"), f.data) for f in sample[half:]]
-    instance = dg.DagsterInstance.from_config(str(local_stack.services["dagster"].home))
+    instance = dg.DagsterInstance.from_config(str(stack_dagster))
     try:
         s3 = stack.s3_client()
         t0 = time.monotonic()
@@ -127,5 +126,3 @@ def demo_runs(local_stack, stack) -> DemoRuns:
         first=first,
         second=second,
     )
-    if started:
-        local_stack.stop(started)

@@ -127,12 +127,22 @@ def entry_args() -> list[str]:
     return ["-m", ENTRYPOINT, "--config-env", JOB_CONFIG_ENV]
 
 
-def subprocess_command(nproc: int, python: str | None = None) -> list[str]:
-    """The local command: the entry point, under `torchrun --standalone` for several processes."""
+def subprocess_command(nproc: int, python: str | None = None, niceness: int = 0) -> list[str]:
+    """The local command: the entry point, under `torchrun --standalone` for several processes; under
+    `nice -n niceness` when that is above 0."""
     python = python or sys.executable
+    nice = ["nice", "-n", str(niceness)] if niceness > 0 else []
     if nproc > 1:
-        return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *entry_args()]
-    return [python, *entry_args()]
+        return [
+            *nice,
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            *entry_args(),
+        ]
+    return [*nice, python, *entry_args()]
 
 
 def pod_command(gpus: int) -> list[str]:
@@ -246,9 +256,10 @@ def render_k8s_pod(launch: TrainerLaunch, job: JobConfig, pod_name: str = "train
 
 
 def launch_trainer(
-    context: dg.AssetExecutionContext, launch: TrainerLaunch, job: JobConfig, nproc: int
+    context: dg.AssetExecutionContext, launch: TrainerLaunch, job: JobConfig, nproc: int, niceness: int = 0
 ) -> dg.PipesClientCompletedInvocation:
-    """Run one training invocation with the configured launcher; `nproc` is the local process count."""
+    """Run one training invocation with the configured launcher; `nproc` is the local process count, `niceness`
+    the local process's CPU priority (a pod's is its requests and limits)."""
     if launch.launcher == "k8s":
         from dagster_k8s import PipesK8sClient
 
@@ -263,7 +274,7 @@ def launch_trainer(
         )
     # the subprocess inherits this environment: its secrets (S3 keys, KAFKA_SASL_PASSWORD) travel that way
     client = dg.PipesSubprocessClient(env={**os.environ, **trainer_env(job)})
-    return client.run(command=subprocess_command(nproc), context=context)
+    return client.run(command=subprocess_command(nproc, niceness=niceness), context=context)
 
 
 def jobset_manifest(

@@ -21,6 +21,8 @@ from pipeline_project.defs.resources.launchers import TrainerLaunch, launch_trai
 from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import PresetName  # pure pydantic: no torch
 
+SENSOR_TAG = "dagster/sensor_name"  # Dagster's tag on a run a sensor requested (the checkpoint trigger's)
+
 if TYPE_CHECKING:
     from pipeline_project.streaming.kafka.client import KafkaSettings
     from pipeline_project.training.job import JobConfig
@@ -75,6 +77,9 @@ class TrainerResource(dg.ConfigurableResource):
     """With a mixture: `wait` (TrainConfig's default), `stop` or `renormalize` when a domain runs dry."""
     metrics_port: int = 0
     """The trainer ranks' Prometheus /metrics base port (PIPELINE_METRICS_PORT; rank r: base + local rank); 0: off."""
+    cpu_niceness: int = 10
+    """A training the checkpoint trigger started on a machine without a GPU runs at this niceness (`nice -n`), so it
+    never starves the pipeline (or a laptop) of CPU; 0: normal priority. Never applied with a GPU."""
 
     def job_config(
         self,
@@ -135,16 +140,17 @@ class TrainerResource(dg.ConfigurableResource):
             }
         )
 
-    def _nproc(self) -> int:
-        if self.nproc_per_node > 0:
-            return self.nproc_per_node
+    def _gpus(self) -> int:
         try:
             import torch
 
-            return max(1, torch.cuda.device_count())
-        except Exception:  # noqa: BLE001 - no usable CUDA means one CPU process
-            return 1
+            return torch.cuda.device_count()
+        except Exception:  # noqa: BLE001 - no usable CUDA: no GPU
+            return 0
 
     def run(self, context: dg.AssetExecutionContext, job: JobConfig) -> dg.MaterializeResult:
-        nproc = self._nproc() if self.launch.launcher == "subprocess" else 1  # a pod counts its own GPUs
-        return launch_trainer(context, self.launch, job, nproc).get_materialize_result()
+        gpus = self._gpus() if self.launch.launcher == "subprocess" else 1  # a pod counts its own GPUs
+        nproc = self.nproc_per_node or max(1, gpus)
+        triggered = SENSOR_TAG in context.run.tags
+        niceness = self.cpu_niceness if triggered and gpus == 0 else 0
+        return launch_trainer(context, self.launch, job, nproc, niceness=niceness).get_materialize_result()
