@@ -43,6 +43,7 @@ def tier_of(fixtures: set[str], marks: set[str]) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into each test's node id
 def pytest_collection_modifyitems(config, items):
     """Tiers (`scripts/test.sh --fast | --integration | --fault | --cluster`) and xdist groups, set per test."""
     for item in items:

@@ -3,6 +3,7 @@ of one shared process land in one pytest-xdist group."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -62,3 +63,38 @@ def test_the_tests_of_the_shared_dagster_share_one_group():
     assert len(uses) >= 8
     assert all(rest == "True ['dagster']" for nodeid, rest in rows if nodeid in uses)
     assert all("dagster" not in rest for nodeid, rest in rows if nodeid not in uses)
+
+
+GROUPED = """
+import os
+import pytest
+from pipeline_project_tests.conftest import pytest_collection_modifyitems  # noqa: F401 - the hook under test
+
+
+@pytest.fixture
+def stack_dagster():
+    return os.environ["PYTEST_XDIST_WORKER"]
+
+
+@pytest.fixture
+def fault_stack():
+    return os.environ["PYTEST_XDIST_WORKER"]
+"""
+
+
+def test_a_groups_tests_run_on_one_pytest_xdist_worker(tmp_path):
+    """The groups reach pytest-xdist: its worker hook reads them into each node id, so ours must run first."""
+    (tmp_path / "conftest.py").write_text(GROUPED)
+    tests = [f"def test_d{i}(stack_dagster):\n    print('RAN', 'dagster', stack_dagster)\n" for i in range(4)]
+    tests += [f"def test_f{i}(fault_stack):\n    print('RAN', 'fault', fault_stack)\n" for i in range(4)]
+    (tmp_path / "test_grouped.py").write_text("\n\n".join(tests))
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "-p", "no:cacheprovider", "-rP", "-q",
+         "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:]
+    ran = [line.split()[1:] for line in out.stdout.splitlines() if line.startswith("RAN ")]
+    assert len(ran) == 8
+    for group in ("dagster", "fault"):
+        assert len({worker for g, worker in ran if g == group}) == 1, ran

@@ -6,7 +6,7 @@
 #   --fast          no service: stand-ins and pure logic, on every core (pytest-xdist; PYTEST_WORKERS=N to choose);
 #                   skips setup when .venv exists
 #   --integration   tests against the real local stack: in parallel groups (pytest-xdist --dist loadgroup,
-#                   PYTEST_INTEGRATION_WORKERS workers, default 4; the tests of one shared process, Dagster's webserver
+#                   PYTEST_INTEGRATION_WORKERS workers, default 3; the tests of one shared process, Dagster's webserver
 #                   or the SASL cluster, share a worker), then the `serial` ones (they restart a shared service) alone
 #   --fault         processes of a throw-away stack killed and cut (pipeline_project_tests/reliability), one at a time
 #   --cluster       the network-namespace cluster (root; pipeline_project_tests/cluster)
@@ -37,7 +37,7 @@ ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }  # 5: no test selected, as when a pat
 groups_then_serial() {
   local tiers=$1 groups=0 serial=0
   shift
-  .venv/bin/python -m pytest -m "($tiers) and not serial" -n "${PYTEST_INTEGRATION_WORKERS:-4}" --dist loadgroup \
+  .venv/bin/python -m pytest -m "($tiers) and not serial" -n "${PYTEST_INTEGRATION_WORKERS:-3}" --dist loadgroup \
     "$@" || groups=$?
   .venv/bin/python -m pytest -m "($tiers) and serial" "$@" || serial=$?
   ok "$groups" || return "$groups"
