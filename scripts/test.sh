@@ -5,21 +5,25 @@
 # One tier alone (set per test from its fixtures in pipeline_project_tests/conftest.py, `tier_of`):
 #   --fast          no service: stand-ins and pure logic, on every core (pytest-xdist; PYTEST_WORKERS=N to choose);
 #                   skips setup when .venv exists
-#   --integration   tests against the real local stack: in parallel groups (pytest-xdist --dist loadgroup,
-#                   PYTEST_INTEGRATION_WORKERS workers, default 3; the tests of one shared process, Dagster's webserver
-#                   or the SASL cluster, share a worker), then the `serial` ones (they restart a shared service) alone
+#   --integration   tests against the real local stack, one at a time. PYTEST_INTEGRATION_WORKERS=N (N > 1) runs
+#                   them in parallel groups (pytest-xdist --dist loadgroup; the tests of one shared process, Dagster's
+#                   webserver, the SASL cluster or the fault tests' stack, share a worker), then the `serial` ones
+#                   (they restart a shared service) alone. On 2 cores the suite is CPU-bound: groups made it slower
+#                   (docs/benchmarks/2026-12-07-suite-tiers.md)
 #   --fault         processes of a throw-away stack killed and cut (pipeline_project_tests/reliability), one at a time
 #   --cluster       the network-namespace cluster (root; pipeline_project_tests/cluster)
 # Other arguments go to pytest.
 #
 # With no tier flag (CI): the fast tier first, alone, on every core; then the integration and fault tiers on one
-# local stack started here, in parallel groups (the fault tests one after another on a worker of their own, on their
-# throw-away stack), then the `serial` tests; the cluster tier runs beside them in a session of its own: its tests
-# mostly wait on cut links and restarts, and it shares nothing with the others (its own namespaces, addresses and
-# state). Its output is printed when all are done, then each tier's time and the load average. The script fails if
-# any tier does.
+# local stack started here (as --integration says, with the fault tests among them), with the cluster tier beside
+# them in a session of its own: its tests mostly wait on cut links and restarts, and it shares nothing with the
+# others (its own namespaces, addresses and state). Its output is printed when all are done, then each tier's time
+# and the load average. The script fails if any tier does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# every trainer the tests start is a tiny model on CPU: one intra-op thread each, or a few of them at once spin on
+# both cores (the trainers the tests launch through Dagster inherit this)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 FAST=(-m "not integration and not fault and not cluster" -n "${PYTEST_WORKERS:-auto}")
 tier=""
 case "${1:-}" in
@@ -33,12 +37,16 @@ echo "==> ruff check + ruff format --check"
 .venv/bin/ruff format --check .
 
 ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }  # 5: no test selected, as when a path names one tier only
-# $1: the tiers run in parallel groups, then the `serial` tests alone
+# $1: the tiers to run; one test at a time by default. With PYTEST_INTEGRATION_WORKERS=N > 1 (a machine with more
+# cores than this 2-core one): in parallel groups on N workers, then the `serial` tests alone.
 groups_then_serial() {
-  local tiers=$1 groups=0 serial=0
+  local tiers=$1 workers=${PYTEST_INTEGRATION_WORKERS:-1} groups=0 serial=0
   shift
-  .venv/bin/python -m pytest -m "($tiers) and not serial" -n "${PYTEST_INTEGRATION_WORKERS:-3}" --dist loadgroup \
-    "$@" || groups=$?
+  if [ "$workers" -le 1 ]; then
+    .venv/bin/python -m pytest -m "$tiers" "$@"
+    return
+  fi
+  .venv/bin/python -m pytest -m "($tiers) and not serial" -n "$workers" --dist loadgroup "$@" || groups=$?
   .venv/bin/python -m pytest -m "($tiers) and serial" "$@" || serial=$?
   ok "$groups" || return "$groups"
   ok "$serial" || return "$serial"

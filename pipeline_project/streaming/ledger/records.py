@@ -225,11 +225,20 @@ def ledger_topic(topic: str) -> str:
     return topic + LEDGER_SUFFIX
 
 
+# how long a data topic created a moment ago may stay unknown to the broker that answers a metadata request
+METADATA_PROPAGATION_S = 10.0
+
+
 def ensure_ledger_topic(admin: Any, topic: str, timeout_s: float = 30.0) -> None:
     """Compacted 1-partition ledger, replicated like its data topic."""
-    md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
-    if md is None or md.error is not None or not md.partitions:
-        raise TopicMissingError(f"data topic {topic!r} does not exist; create it with ensure_topic first")
+    deadline = time.monotonic() + min(timeout_s, METADATA_PROPAGATION_S)
+    while True:
+        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+        if md is not None and md.error is None and md.partitions:
+            break
+        if time.monotonic() >= deadline:
+            raise TopicMissingError(f"data topic {topic!r} does not exist; create it with ensure_topic first")
+        time.sleep(0.2)
     rf = min(len(p.replicas) for p in md.partitions.values())
     ensure_topic(
         admin,
