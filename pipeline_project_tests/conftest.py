@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 # Fixtures that start or need a real service: a test using one is in the integration tier (`tier_of`).
-SERVICE_FIXTURES = {"stack", "local_stack", "pg_url", "pg_instance", "healthy_stack", "secure", "s3_stack"}
+SERVICE_FIXTURES = {"stack", "local_stack", "pg_url", "pg_instance", "secure", "s3_stack"}
 FAULT_FIXTURES = {"fault_stack", "healthy_stack"}  # a throw-away stack whose processes the test kills or cuts
 CLUSTER_FIXTURES = {"cluster"}  # the namespace cluster
 # Session or module fixtures of one shared process (Dagster's webserver, a SASL cluster): every test that uses one

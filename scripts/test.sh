@@ -14,11 +14,11 @@
 #   --cluster       the network-namespace cluster (root; pipeline_project_tests/cluster)
 # Other arguments go to pytest.
 #
-# With no tier flag (CI): the fast tier first, alone, on every core; then the integration and fault tiers on one
-# local stack started here (as --integration says, with the fault tests among them), with the cluster tier beside
-# them in a session of its own: its tests mostly wait on cut links and restarts, and it shares nothing with the
-# others (its own namespaces, addresses and state). Its output is printed when all are done, then each tier's time
-# and the load average. The script fails if any tier does.
+# With no tier flag (CI): the fast tier first, alone, on every core; then the integration and fault tiers (as
+# --integration says, the fault tests among them; the session fixture starts what the stack lacks and stops only
+# that), with the cluster tier beside them in a session of its own: its tests mostly wait on cut links and
+# restarts, and it shares nothing with the others (its own namespaces, addresses and state). Its output is printed
+# when all are done, then each tier's time and the load average. The script fails if any tier does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # every trainer the tests start is a tiny model on CPU: one intra-op thread each, or a few of them at once spin on
@@ -75,18 +75,7 @@ log=$(mktemp -t cluster-tier.XXXXXX.log)
   exit "$rc"
 ) &
 cluster_pid=$!
-stack_started=""
-cleanup() {
-  kill "$cluster_pid" 2>/dev/null || true
-  [ -z "$stack_started" ] || .venv/bin/pipeline-project stack down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-
-# one stack for every session below (their fixtures find it healthy and leave it running)
-if ! .venv/bin/pipeline-project stack status >/dev/null 2>&1; then
-  stack_started=yes
-  .venv/bin/pipeline-project stack up
-fi
+trap 'kill "$cluster_pid" 2>/dev/null || true' EXIT
 rest_started=$SECONDS
 rest=0
 groups_then_serial "integration or fault" "$@" || rest=$?

@@ -276,3 +276,24 @@ def test_the_code_location_does_not_import_dagster_k8s():
     code = "import sys, pipeline_project.definitions; print('dagster_k8s' in sys.modules, 'kubernetes' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.split()[-2:] == ["False", "False"]
+
+
+def test_a_fixed_process_count_launches_without_asking_torch_for_gpus(monkeypatch):
+    from types import SimpleNamespace
+
+    from pipeline_project.defs.resources import trainer
+
+    launched = {}
+
+    def launch(context, launch, job, nproc, niceness=0):
+        launched.update(nproc=nproc, niceness=niceness)
+        return SimpleNamespace(get_materialize_result=lambda: "result")
+
+    def no_torch(self):
+        raise AssertionError("torch imported in the run worker")
+
+    monkeypatch.setattr(trainer, "launch_trainer", launch)
+    monkeypatch.setattr(trainer.TrainerResource, "_gpus", no_torch)
+    context = SimpleNamespace(run=SimpleNamespace(tags={}))
+    assert trainer.TrainerResource(nproc_per_node=2).run(context, job=None) == "result"
+    assert launched == {"nproc": 2, "niceness": 0}

@@ -149,8 +149,11 @@ class TrainerResource(dg.ConfigurableResource):
             return 0
 
     def run(self, context: dg.AssetExecutionContext, job: JobConfig) -> dg.MaterializeResult:
-        gpus = self._gpus() if self.launch.launcher == "subprocess" else 1  # a pod counts its own GPUs
-        nproc = self.nproc_per_node or max(1, gpus)
-        triggered = SENSOR_TAG in context.run.tags
-        niceness = self.cpu_niceness if triggered and gpus == 0 else 0
+        nproc, niceness = 1, 0  # a pod counts its own GPUs, and its CPU share is its requests and limits
+        if self.launch.launcher == "subprocess":
+            triggered = self.cpu_niceness > 0 and SENSOR_TAG in context.run.tags
+            # torch is imported (seconds, in the run worker) only when the answer is needed
+            gpus = self._gpus() if not self.nproc_per_node or triggered else None
+            nproc = self.nproc_per_node or max(1, gpus or 0)
+            niceness = self.cpu_niceness if triggered and gpus == 0 else 0
         return launch_trainer(context, self.launch, job, nproc, niceness=niceness).get_materialize_result()
