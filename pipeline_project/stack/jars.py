@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,17 +28,30 @@ def pom_digest(component: str) -> str:
 
 
 def ensure_jars(component: str) -> Path:
-    """Copy the component's jars into target/jars with Maven if they are not there yet."""
+    """Copy the component's jars into target/jars with Maven if they are not there yet.
+
+    Processes that start services at the same moment (a test tier and the cluster tier beside it) serialise on
+    a lock file, and the stamp is replaced atomically: a reader never sees a half-written stamp and refetches
+    (deleting the jars under a JVM that is loading them).
+    """
     target = jars_dir(component)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".jars.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _fetch_if_stale(component, target)
+    return target
+
+
+def _fetch_if_stale(component: str, target: Path) -> None:
     pom = DEPLOY_DIR / component / "pom.xml"
     stamp = target / ".pom.sha256"
     digest = pom_digest(component)
     if target.is_dir() and any(target.glob("*.jar")):
         if not stamp.exists():
             # Fetched by scripts/setup.sh (plain mvn) from this pom: adopt it.
-            stamp.write_text(digest)
+            _write_stamp(stamp, digest)
         if stamp.read_text() == digest:
-            return target
+            return
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError(f"{target} is missing and `mvn` is not on PATH to fetch the {component} jars")
@@ -51,8 +66,13 @@ def ensure_jars(component: str) -> Path:
     if result.returncode != 0:
         last = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
         raise StackError(f"mvn copy-dependencies failed in {pom.parent}: {last[0]}")
-    stamp.write_text(digest)
-    return target
+    _write_stamp(stamp, digest)
+
+
+def _write_stamp(stamp: Path, digest: str) -> None:
+    staging = stamp.with_name(f"{stamp.name}.{os.getpid()}.tmp")
+    staging.write_text(digest)
+    os.replace(staging, stamp)
 
 
 def java() -> str:
