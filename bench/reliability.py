@@ -22,6 +22,8 @@ touched. Each trial is one function of `pipeline_project_harness/reliability/` (
 | cluster_pg_cleaning, cluster_pg_run | the PostgreSQL host of a namespace cluster cut 30 s while the deployment's run is in cleaned_shards / token_blocks | published documents (sha256) vs an undisturbed cleaning; pending dedup attempts; blocks per batch |
 | cluster_daemon | `kill -9` the daemon tree on the cluster's dagster host mid-run while objects arrive | objects per batch, blocks per batch |
 | cluster_broker_produce, cluster_broker_loader | a broker host of a namespace cluster (prefix ppk) cut 30 s while two batches are produced / while the bounded loader feeds training | sequence blocks read back with read_committed / delivered (partition, offset, block) and digest vs an undisturbed run |
+| lost_manifest | the answers to batch 1's manifest PUT lost: one (retried), all five (botocore raises after it was applied); an overlapping batch 2 cleaned after it | published documents (sha256) vs an undisturbed run; objects each manifest names; pending attempts |
+| cluster_cleaner_host | the cleaning host of a namespace cluster cut in the reserve -> publish window: dead (killed behind the cut) or back after 60 s; an overlapping batch cleaned meanwhile | published documents (sha256) vs an undisturbed run; pending attempts; batch 2's time from the cut |
 | latest_json | the answer to the conditional PUT of latest.json is lost (applied, retried, 412); once with a rival | files (sha256) of the checkpoint latest.json names vs what its writer saved; unreferenced folders |
 
 Writes bench/results/reliability.json and prints a table with the load average. Goal: 0 lost, 0 duplicated.
@@ -46,8 +48,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline_project.stack import Stack  # noqa: E402
-from pipeline_project_harness.cluster import broker_faults, pg_faults  # noqa: E402
-from pipeline_project_harness.reliability import dedup_trials, outages, training_trials, trials  # noqa: E402
+from pipeline_project_harness.cluster import broker_faults, dead_cleaner, pg_faults  # noqa: E402
+from pipeline_project_harness.reliability import (  # noqa: E402
+    dedup_trials,
+    outages,
+    publish_trials,
+    training_trials,
+    trials,
+)
 from pipeline_project_harness.reliability.faults import (  # noqa: E402
     ensure_transaction_state,
     kafka_of,
@@ -65,12 +73,12 @@ from pipeline_project_harness.reliability.stacks import (  # noqa: E402
 )
 
 RESULTS = REPO / "bench" / "results" / "reliability.json"
-KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json", "dedup", "overwrite")
-CLUSTER_KINDS = (
-    pg_faults.KINDS + broker_faults.KINDS
-)  # each on a namespace cluster of its own, not the throw-away stack
+KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json", "dedup", "overwrite",
+         "lost_manifest")  # fmt: skip
+# each on a namespace cluster of its own, not the throw-away stack
+CLUSTER_KINDS = pg_faults.KINDS + broker_faults.KINDS + (dead_cleaner.KIND,)
 KINDS += CLUSTER_KINDS
-DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "latest_json", "dedup")
+DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "latest_json", "dedup", "lost_manifest")
 
 # The timings each kind cycles through (trial i takes entry i mod len).
 PRODUCER = [(0.2, "coordinator", False), (1.0, "leader", True), (3.0, "coordinator", True), (0.5, "leader", False)]
@@ -112,6 +120,10 @@ def run_trial(kind: str, stack: Stack, i: int, work: Path, state: dict):
     """Trial `i` of `kind` (its timings cycle through the kind's list); `state` carries what trials share."""
     if kind in _TRIALS:
         return _TRIALS[kind](stack, i, work, state)
+    if kind == dead_cleaner.KIND:
+        return dead_cleaner.cleaner_host_lost(
+            pg_faults.bench_cluster(state), variant=dead_cleaner.VARIANTS[i % len(dead_cleaner.VARIANTS)], seed=61 + i
+        )
     if kind in broker_faults.KINDS:
         return broker_faults.bench_trial(kind, i, state)
     if kind in CLUSTER_KINDS:
@@ -163,6 +175,12 @@ def _overwrite_trial(stack: Stack, i: int, work: Path, state: dict):
     return overwrite_after_take(stack, delay_s=OVERWRITE[i % len(OVERWRITE)], seed=i)
 
 
+def _lost_manifest_trial(stack: Stack, i: int, work: Path, state: dict):
+    database = outages.fresh_database(stack, f"lost_manifest_{i}_{int(time.time())}")
+    lost = publish_trials.LOST[i % len(publish_trials.LOST)]
+    return publish_trials.lost_manifest_answers(stack.settings(), database, lost=lost, seed=43 + i)
+
+
 def _latest_json_trial(stack: Stack, i: int, work: Path, state: dict):
     return latest_json_trial(stack, i, work)
 
@@ -177,6 +195,7 @@ _TRIALS = {
     "dedup": _dedup_trial,
     "overwrite": _overwrite_trial,
     "latest_json": _latest_json_trial,
+    "lost_manifest": _lost_manifest_trial,
 }
 
 

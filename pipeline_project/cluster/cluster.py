@@ -207,6 +207,10 @@ class Cluster:
             netns.delete(self.spec, list(self.hosts.values()))
             progress(f"network: {self.spec.bridge} and {len(self.hosts)} namespaces deleted")
             if wipe:
+                for host in self.hosts.values():
+                    service = self.service(host)
+                    for path in service.data_dirs() if service is not None else []:
+                        shutil.rmtree(path, ignore_errors=True)  # some live outside the host's dir (postgres)
                 shutil.rmtree(self.spec.root / "hosts", ignore_errors=True)
                 progress(f"state wiped ({self.spec.root / 'hosts'})")
             return stopped

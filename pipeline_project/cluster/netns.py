@@ -12,17 +12,24 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline_project.cluster.topology import ClusterSpec, Host
+from pipeline_project.stack.config import REPO_ROOT
 from pipeline_project.stack.errors import StackError
 
 # Runs first inside the host's namespace (as root; `ip netns exec` has just made a private mount namespace and
-# `unshare --uts` a private hostname): the host gets its name, its own scratch dir becomes its /tmp, then the real
-# command replaces the shell (same pid).
-ON_HOST = 'hostname "$1" && mount --bind "$2" /tmp && shift 2 && exec "$@"'
+# `unshare --uts` a private hostname): the host gets its name; the paths it needs that live under /tmp (a checkout
+# cloned there, the cluster's state) are bound into its scratch dir at the same place, the scratch dir becomes its
+# /tmp, then the real command replaces the shell (same pid). Arguments: NAME SCRATCH [PATH...] -- COMMAND...
+ON_HOST = (
+    'hostname "$1" && tmp="$2" && shift 2 || exit 1; '
+    'while [ "$1" != -- ]; do mkdir -p "$tmp${1#/tmp}" && mount --bind "$1" "$tmp${1#/tmp}" || exit 1; shift; done; '
+    'shift; mount --rbind "$tmp" /tmp && exec "$@"'
+)
 ETC_NETNS = Path("/etc/netns")
 # `ip netns exec` mounts these over /etc/hosts and /etc/resolv.conf: names of the cluster's hosts, and no DNS server
 # (none is reachable from the subnet; glibc then fails a lookup at once instead of timing out)
@@ -57,6 +64,7 @@ def link_is_up(name: str) -> bool | None:
 
 def wrap(host: Host, cmd: Sequence[str]) -> tuple[str, ...]:
     """argv that runs `cmd` on `host`: inside its namespace, with its own hostname and /tmp."""
+    needed = (REPO_ROOT, host.dir, Path(sys.prefix), Path(sys.executable).parent)
     return (
         "ip",
         "netns",
@@ -70,8 +78,20 @@ def wrap(host: Host, cmd: Sequence[str]) -> tuple[str, ...]:
         "sh",
         host.name,
         str(host.tmp),
+        *under_tmp(needed),
+        "--",
         *cmd,
     )
+
+
+def under_tmp(paths: Sequence[Path]) -> list[str]:
+    """Those of `paths` that live under /tmp, less any inside another: a host's private /tmp would hide them."""
+    found = sorted({Path(os.path.realpath(p)) for p in paths})
+    keep: list[Path] = []
+    for path in found:
+        if path.is_relative_to("/tmp") and path != Path("/tmp") and not any(path.is_relative_to(k) for k in keep):
+            keep.append(path)
+    return [str(p) for p in keep]
 
 
 def check_subnet_free(spec: ClusterSpec) -> None:

@@ -2,12 +2,15 @@
 
 The cluster lives under the state directory (`postgres/data`), so it survives `stack down` and goes with
 `down --wipe`. As root the server runs as the `postgres` user that Debian's package creates (PostgreSQL
-refuses to run as root); the state directory must then be reachable by that user.
+refuses to run as root). When that user cannot reach the state directory (a checkout in a mode-700 home such as
+/root), the server's files live in a directory of their own under `SERVER_HOME`, keyed by the state directory.
 """
 
 from __future__ import annotations
 
 import glob
+import grp
+import hashlib
 import ipaddress
 import os
 import pwd
@@ -23,6 +26,7 @@ from pipeline_project.stack.processes import ManagedProcess, accepts_connections
 from pipeline_project.stack.service import Service, ServiceStatus
 
 RUN_AS = "postgres"
+SERVER_HOME = Path("/var/lib/pipeline-project/postgres")
 SAMENET_RULE = "host all all samenet scram-sha-256"
 
 
@@ -48,6 +52,23 @@ def _as_server_user() -> tuple[str, ...]:
     return ("setpriv", f"--reuid={RUN_AS}", f"--regid={RUN_AS}", "--init-groups", "--")
 
 
+def reachable_by(path: Path, user: str) -> bool:
+    """Whether `user` may traverse every existing directory above `path` (mode bits; ACLs are not read)."""
+    account = pwd.getpwnam(user)
+    groups = {account.pw_gid} | {g.gr_gid for g in grp.getgrall() if user in g.gr_mem}
+    for parent in Path(os.path.realpath(path)).parents:
+        try:
+            st = parent.stat()
+        except FileNotFoundError:
+            continue  # made later by root with the default mode
+        if account.pw_uid == 0:
+            continue
+        bit = 0o100 if st.st_uid == account.pw_uid else 0o010 if st.st_gid in groups else 0o001
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
 def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -59,12 +80,22 @@ class PostgresService(Service):
     name = "postgres"
 
     @property
+    def server_dir(self) -> Path:
+        """The server's own files (data, socket): under the state dir when the server's user can reach it."""
+        if os.geteuid() != 0 or reachable_by(self.dir, RUN_AS):
+            return self.dir
+        return SERVER_HOME / hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:16]
+
+    @property
     def data_dir(self) -> Path:
-        return self.dir / "data"
+        return self.server_dir / "data"
 
     @property
     def socket_dir(self) -> Path:
-        return self.dir / "run"
+        return self.server_dir / "run"
+
+    def data_dirs(self) -> list:
+        return list(dict.fromkeys([self.dir, self.server_dir]))
 
     def processes(self) -> list[ManagedProcess]:
         cfg = self.config
@@ -106,11 +137,11 @@ class PostgresService(Service):
         return result
 
     def prepare(self) -> None:
-        for d in (self.dir, self.socket_dir):
+        for d in (self.dir, self.server_dir, self.socket_dir):
             d.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             user = pwd.getpwnam(RUN_AS)
-            for d in (self.dir, self.socket_dir):
+            for d in (self.dir, self.server_dir, self.socket_dir):
                 os.chown(d, user.pw_uid, user.pw_gid)
             if self.data_dir.exists():
                 os.chown(self.data_dir, user.pw_uid, user.pw_gid)
@@ -129,7 +160,7 @@ class PostgresService(Service):
                 handle.write(SAMENET_RULE + "\n")
 
     def _initdb(self) -> None:
-        pwfile = self.dir / ".pwfile"
+        pwfile = self.server_dir / ".pwfile"
         pwfile.write_text(LOCAL_POSTGRES_PASSWORD + "\n")
         if os.geteuid() == 0:
             os.chown(pwfile, pwd.getpwnam(RUN_AS).pw_uid, -1)
@@ -148,7 +179,7 @@ class PostgresService(Service):
                 "--locale=C",
             )
         except StackError as err:
-            raise StackError(f"{err} (is {self.dir} reachable by the {RUN_AS!r} user?)") from None
+            raise StackError(f"{err} (is {self.server_dir} reachable by the {RUN_AS!r} user?)") from None
         finally:
             pwfile.unlink(missing_ok=True)
 

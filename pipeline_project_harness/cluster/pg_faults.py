@@ -197,15 +197,21 @@ def daemon_kill(cs: ClusterStack, instance, *, seed: int, down_s: float = 20.0) 
 # -- bench/reliability.py -------------------------------------------------------------------------------------
 
 
-def bench_trial(kind: str, i: int, state: dict) -> TrialResult:
-    """Trial `i` of a cluster kind; the first one brings up a cluster of its own (prefix ppr, 10.81.0.0/24)."""
+def bench_cluster(state: dict) -> ClusterStack:
+    """The bench's cluster (prefix ppr, 10.81.0.0/24), brought up by the first trial that needs it."""
     if "cluster" not in state:
         from pipeline_project_harness.cluster.spec import fresh_cluster
 
         cluster = state["cluster"] = fresh_cluster("reliability", "ppr", "10.81.0.0/24")
         state["cs"] = ClusterStack(cluster)
         state["cluster_instance"] = df.dagster_instance(state["cs"])
-    cs, instance = state["cs"], state["cluster_instance"]
+    return state["cs"]
+
+
+def bench_trial(kind: str, i: int, state: dict) -> TrialResult:
+    """Trial `i` of a cluster kind; the first one brings up a cluster of its own (prefix ppr, 10.81.0.0/24)."""
+    cs = bench_cluster(state)
+    instance = state["cluster_instance"]
     seed = 500 + 10 * KINDS.index(kind) + i
     if kind == "cluster_daemon":
         return daemon_kill(cs, instance, seed=seed)

@@ -40,6 +40,32 @@ def on_host(cluster: Cluster, host: str, *args: str, timeout: float = 120) -> di
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def test_a_host_under_a_locked_dir_in_tmp_sees_its_files_and_writes_its_own_tmp(cluster: Cluster):
+    """A host whose directory is under /tmp (a checkout cloned there) inside a mode-700 directory: its private /tmp
+    must not hide that directory, and what it writes to /tmp lands in its own scratch dir."""
+    import dataclasses
+    import os
+    import tempfile
+    from pathlib import Path
+
+    home = Path(tempfile.mkdtemp(prefix="pp-home-", dir="/tmp"))
+    os.chmod(home, 0o700)
+    try:
+        host = dataclasses.replace(cluster.host("trainer-2"), dir=home / "checkout" / ".cluster" / "trainer-2")
+        host.tmp.mkdir(parents=True)
+        (host.dir / "marker").write_text("seen\n")
+        script = f"cat {host.dir}/marker && echo mine > /tmp/written && hostname"
+        done = subprocess.run(netns.wrap(host, ["sh", "-c", script]), capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["seen", "trainer-2"]
+        assert (host.tmp / "written").read_text() == "mine\n"
+        assert not Path("/tmp/written").exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_status_lists_every_host_with_its_address_and_healthy_services(cluster):
     result = cli("status", "--json")
     assert result.exit_code == 0, result.output

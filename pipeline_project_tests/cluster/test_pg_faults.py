@@ -102,3 +102,18 @@ def test_daemon_killed_on_the_dagster_host_mid_run(deployment):
     assert d["sensor_ok"] and (r.lost, r.duplicated) == (0, 0), d
     assert d["left_started_after_s"] is not None, f"the orphaned run stayed STARTED: {d}"
     assert d["retry_status"] == "SUCCESS" and d["exactly_once"]["ok"], d
+
+
+@pytest.mark.parametrize("variant", ["dead", "cut"])
+def test_a_cleaning_host_lost_in_the_reserve_publish_window_holds_overlapping_batches_briefly(cluster, variant):
+    """Finding 3: batch 1's host is cut (and, `dead`, killed behind the cut) while its attempt is reserved and its
+    manifest not yet written. Batch 2 shares keys with it: it waits only until the server's keepalives end the
+    orphan session, never the kernel's 2 h 11 min; nothing is lost or published twice."""
+    from pipeline_project_harness.cluster import dead_cleaner
+
+    r = dead_cleaner.cleaner_host_lost(pf.ClusterStack(cluster), variant=variant)
+    assert r.detail["batch_2_cleaned"], r
+    assert r.recovery_s is not None and r.recovery_s <= dead_cleaner.BOUND_S, r
+    assert set(r.detail["attempt_states"]) <= {"published"}, r
+    assert (r.lost, r.duplicated) == (0, 0) and r.blocks_claimed > 0, r
+    assert r.ok, r

@@ -16,3 +16,16 @@ def test_a_batch_killed_between_index_and_manifest_loses_no_document_of_a_later_
     assert r.detail["second_cleaned"] and not r.error, r
     assert (r.lost, r.duplicated) == (0, 0), r
     assert r.ok and r.blocks_claimed > 0, r
+
+
+@pytest.mark.parametrize("lost", [1, 5], ids=["one-answer-lost", "every-answer-lost"])
+def test_lost_answers_to_the_manifest_write_keep_every_document_once(stack, pg_url, lost):
+    """Finding 4 on the real S3 server: the manifest PUT is applied and its answer dropped, once (botocore's retry
+    is answered) or on all five attempts (botocore raises after the write was applied)."""
+    from pipeline_project_harness.reliability.publish_trials import lost_manifest_answers
+
+    r = lost_manifest_answers(stack, pg_url, lost=lost)
+    assert r.detail["statuses_of_lost_answers"] == [200] * lost, r
+    assert r.detail["batch_1_cleaned"] and r.detail["batch_2_cleaned"] and r.detail["published"] == 2, r
+    assert r.detail["objects_missing"] == [] and r.detail["attempt_states"] == {"published": 2}, r
+    assert (r.lost, r.duplicated) == (0, 0) and r.blocks_claimed > 0 and r.ok, r
