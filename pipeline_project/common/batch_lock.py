@@ -4,7 +4,8 @@ its dedup rows) holds it while it reads what it is about to change and writes it
 A PostgreSQL session-level advisory lock, on a connection of its own, in a key space of its own (the two-int
 form: class `BATCH_LOCK_CLASS`, then the batch's hash). The server releases it when the session ends: a process that
 dies, or a host cut off (the server's keepalives, which the project sets, find the silent peer within a minute;
-docs/guarantees.md). Who takes it: `cleaned_shards`, `token_blocks`, `retune --write`, `ledger retire`.
+docs/guarantees.md). Who takes it: `cleaned_shards`, `token_blocks`, `retune --write`, `ledger retire`,
+`dedup-import`.
 """
 
 from __future__ import annotations

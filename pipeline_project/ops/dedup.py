@@ -10,11 +10,13 @@ def import_s3_index(settings: Settings, key: str, schema: str) -> tuple[int, int
     from pipeline_project.cleaning.dedup.local import LocalIndex
     from pipeline_project.cleaning.dedup.migrate import import_local_index
     from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
+    from pipeline_project.common.batch_lock import batch_lock
 
     data = settings.s3_client().get_object(Bucket=settings.bucket, Key=key)["Body"].read()
     old = LocalIndex.from_bytes(data)
     index = PostgresDedupIndex(settings.postgres_url, num_perm=old.num_perm, num_bands=old.num_bands, schema=schema)
     try:
-        return import_local_index(index, old), len(old.batches)
+        hold = lambda batch: batch_lock(settings.postgres_url, batch)  # noqa: E731
+        return import_local_index(index, old, hold=hold), len(old.batches)
     finally:
         index.close()

@@ -150,6 +150,39 @@ def test_the_cli_migrates_the_s3_index_file(pg_url, stack, monkeypatch):
     assert [d.reason for d in again.dropped] == ["exact_duplicate_of:cli1/cli1-0"]
 
 
+def test_the_import_waits_for_a_run_that_holds_the_batch(pg_url, stack, monkeypatch):
+    """`dedup-import` writes a batch's rows under the batch lock, as every other writer of published state does."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from pipeline_project.cli.app import app
+    from pipeline_project.common.batch_lock import batch_lock
+
+    memory = MemoryDedupIndex()
+    WholeBatchPipeline(CONFIG).run(_docs("held1", _corpus(9, 3)), "held1", memory)
+    key = f"it-{uuid.uuid4().hex[:8]}/dedup/index.bin"
+    stack.s3_client().put_object(Bucket=stack.bucket, Key=key, Body=memory.to_bytes())
+    monkeypatch.setenv("PIPELINE_S3_ENDPOINT", stack.s3_endpoint)
+    monkeypatch.setenv("PIPELINE_POSTGRES_URL", pg_url)
+    held, released = threading.Event(), {}
+
+    def run_holding_the_batch():
+        with batch_lock(pg_url, "held1"):
+            held.set()
+            time.sleep(3.0)
+            released["at"] = time.monotonic()
+
+    holder = threading.Thread(target=run_holding_the_batch)
+    holder.start()
+    assert held.wait(30)
+    result = CliRunner().invoke(app, ["dedup-import", "--key", key, "--schema", "held"])
+    finished = time.monotonic()
+    holder.join()
+    assert result.exit_code == 0, result.output
+    assert finished > released["at"]  # it waited for the holder
+
+
 def test_a_batch_reads_only_what_it_matches_not_the_history(pg_url):
     pipeline = WholeBatchPipeline(CONFIG)
 

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 import numpy as np
 
 from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.dedup.local import LocalIndex
 
 
-def import_local_index(target: DedupIndex, index: LocalIndex) -> int:
-    """Copy an earlier version's S3 index file (`LocalIndex.from_bytes`) in, batch by batch; returns the count."""
+def import_local_index(
+    target: DedupIndex,
+    index: LocalIndex,
+    hold: Callable[[str], AbstractContextManager] = lambda _batch: contextlib.nullcontext(),
+) -> int:
+    """Copy an earlier version's S3 index file (`LocalIndex.from_bytes`) in, batch by batch, each while `hold(batch)`
+    (the deployment's batch lock: a run or command writing that batch meanwhile waits); returns the count."""
     imported = 0
     batch_of = np.asarray(index.doc_batch)
     exact_by_entry = np.zeros(len(index), dtype=np.uint64)
@@ -22,13 +31,14 @@ def import_local_index(target: DedupIndex, index: LocalIndex) -> int:
             filled[entry] += 1
     for b, batch_id in enumerate(index.batches):
         rows = np.flatnonzero(batch_of == b)
-        target.commit_batch(
-            batch_id,
-            [index.doc_ids[i] for i in rows],
-            exact_by_entry[rows],
-            bands_by_entry[rows],
-            index.signatures[rows],
-            near_threshold=2.0,  # an import keeps every document: nothing is similar enough to drop
-        )
+        with hold(batch_id):
+            target.commit_batch(
+                batch_id,
+                [index.doc_ids[i] for i in rows],
+                exact_by_entry[rows],
+                bands_by_entry[rows],
+                index.signatures[rows],
+                near_threshold=2.0,  # an import keeps every document: nothing is similar enough to drop
+            )
         imported += len(rows)
     return imported
