@@ -6,7 +6,8 @@ Also runs under `torchrun` (one process per GPU; gloo on CPU). The CLI contract,
 - the job is a `JobConfig` JSON (`pipeline_project.training.job`): a file (`--config job.json`), or the
   value of an environment variable (`--config-env PIPELINE_TRAINER_JOB`), which is how the launchers
   (`resources/launchers.py`) hand it over, so a pod needs no file from the run worker. Secrets come from
-  the environment, never from the job;
+  the environment, never from the job. The per-batch part may travel by reference (`backlog_uri`, see
+  `training/backlog.py`): rank 0 reads it from S3 before training;
 - `--print-config` validates the job, prints it as JSON and exits, without training or touching a service;
 - the invocation itself is `run.run_job` (resume, train, checkpoint, MLflow, dagster-pipes report);
 - rank 0 writes the `TrainJobResult` JSON to `--result` (or the config's `result_path`) and prints it
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 from pipeline_project.settings import DistEnv
+from pipeline_project.training import backlog
 from pipeline_project.training.job import JobConfig, TrainJobResult
 
 RESULT_PREFIX = "TRAIN_RESULT "
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(job.model_dump_json(), flush=True)
         return 0
+    if DistEnv.from_env().rank == 0:  # the only rank that uses the per-batch fields reads them, once
+        job = backlog.resolved(job, job.settings().s3_client())
     # torch only now: a bad or missing job fails in a second, not after the seconds torch takes to import
     from pipeline_project.training import distributed
     from pipeline_project.training.run import run_job

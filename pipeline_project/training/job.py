@@ -22,6 +22,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_serializer,
     field_validator,
+    model_validator,
 )
 
 from pipeline_project.settings import (
@@ -35,7 +36,7 @@ from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import TrainConfig
 
-JOB_CONFIG_VERSION = 1
+JOB_CONFIG_VERSION = 2  # 2: the backlog by reference (backlog_uri)
 
 
 class JobConfig(BaseModel):
@@ -73,6 +74,12 @@ class JobConfig(BaseModel):
     )
     dagster_run_id: str | None = None
     partitions: list[str] = Field(default_factory=list, description="data partitions this invocation consumes")
+    backlog_uri: str | None = Field(
+        default=None,
+        description="S3 URI of the per-batch fields (`partitions`, `shard_manifests`, `batch_offsets`) when they "
+        "travel by reference (`training.backlog`); those fields are then empty in the job itself",
+    )
+    backlog_batches: int = Field(default=0, description="how many batches the backlog at `backlog_uri` holds")
     work_dir: str | None = None  # local scratch for checkpoints; a temp dir by default
     result_path: str | None = None
     metrics_port: int = Field(default=0, description="Prometheus /metrics base port (rank: base + LOCAL_RANK); 0: off")
@@ -94,6 +101,12 @@ class JobConfig(BaseModel):
         if isinstance(data, dict):
             data.pop("sasl_password", None)
         return data
+
+    @model_validator(mode="after")
+    def _backlog_in_one_place(self) -> JobConfig:
+        if self.backlog_uri is not None and (self.partitions or self.shard_manifests or self.batch_offsets):
+            raise ValueError("a job with backlog_uri carries no partitions, shard_manifests or batch_offsets itself")
+        return self
 
     def settings(self) -> Settings:
         overrides = {k: v for k, v in {"s3_endpoint": self.s3_endpoint, "s3_region": self.s3_region}.items() if v}
@@ -132,3 +145,4 @@ class TrainJobResult(BaseModel):
     model_version_url: str | None = None
     loss_curve_url: str | None = None  # the loss-curve PNG, served by the MLflow tracking server
     topic: str | None = None  # the topic trained on: `end_position` is a position in it
+    backlog_batches: int = 0  # the batches the job named (rank 0 read them from the backlog by reference)

@@ -54,6 +54,7 @@ def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
         "world_size": result.world_size,
         "device": result.device,
         "dead_letters": result.dead_letters,
+        "backlog_batches": result.backlog_batches,
     }
     for key in ("final_loss", "tokens_per_s", "data_wait_fraction"):
         if getattr(result, key) is not None:

@@ -355,6 +355,7 @@ def _result(
         stop_reason=result.stop_reason,
         wall_s=wall_s,
         topic=inv.job.topic.name,
+        backlog_batches=len(inv.job.partitions),
         dead_letters=dead_letters,
         mlflow_error=progress.mlflow_error,
         registered_model=progress.registered_model if progress.model_version else None,

@@ -276,7 +276,7 @@ def start_job_run(
         "model": {k: v for k, v in model_config.items() if k not in _RUN_SPECIFIC_MODEL_KEYS},
         "train": job.train.model_dump(mode="json"),
         "tokenizer": {"name": tokenizer.name, "hash": tokenizer.hash, "vocab_size": tokenizer.vocab_size},
-        "data": {"topic": job.topic.name, "partitions": len(job.partitions)},
+        "data": {"topic": job.topic.name, "partitions": len(job.partitions), "backlog_uri": job.backlog_uri},
         "world_size": world_size,
         "device": device,
         "global_batch_tokens": job.train.batch_size * job.topic.seq_len * world_size,
