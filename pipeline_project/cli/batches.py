@@ -26,7 +26,7 @@ DagsterHomeOpt = Annotated[
 def batches(
     failed: Annotated[bool, typer.Option("--failed", help="Only batches that failed for good, with objects")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line")] = False,
-    limit: Annotated[int, typer.Option("--limit", help="The newest N batches")] = 500,
+    limit: Annotated[int, typer.Option("--limit", help="The newest N batches (--failed lists every one)")] = 500,
     dagster_home: DagsterHomeOpt = None,
 ) -> None:
     from pipeline_project.ops.batches import batch_rows
@@ -35,6 +35,7 @@ def batches(
         settings = context.settings()
         with context.dagster_instance(dagster_home) as instance:
             rows = batch_rows(settings, instance, failed_only=failed, limit=limit)
+            typer.echo(f"read: {context.describe_instance(instance)}", err=True)  # stdout stays the rows
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise fail(err) from None
     for row in rows:

@@ -31,11 +31,13 @@ def status(
             report = collect_status(
                 settings, instance, root=root, lineage=lineage, limit=limit, newest=lineages, timeout_s=timeout
             )
+            report["instance"] = context.describe_instance(instance)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise fail(err) from None
     if as_json:
         typer.echo(json.dumps(report, sort_keys=True))
         return
+    typer.echo(f"read: {report['instance']}")
     for line in _services_lines(report["services"]) + _batch_lines(report["batches"], settings.bucket):
         typer.echo(line)
     for line in _topic_lines(report["topic"]) + _checkpoint_lines(report["checkpoints"]):

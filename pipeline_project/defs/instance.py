@@ -62,17 +62,24 @@ def _status(instance, batch: str, done: set[str]) -> tuple[str, object]:
 def batch_outcomes(
     instance, read_manifest=None, *, failed_only: bool = False, limit: int = 500, only: set[str] | None = None
 ) -> list[BatchOutcome]:
-    """The newest `limit` batches (or those of them that failed for good; or only the batches `only` names),
-    oldest first. `read_manifest(batch)` gives a failed batch's manifest, for its objects."""
+    """The newest `limit` batches, oldest first; with `failed_only`, every batch that failed for good, however old
+    (found from the failed runs, never by reading every batch); with `only`, just those batches.
+    `read_manifest(batch)` gives a failed batch's manifest, for its objects."""
     import dagster as dg
 
     from pipeline_project.defs.partitions import batches
 
-    done = instance.get_materialized_partitions(dg.AssetKey(DONE_ASSET))
+    if only is not None:
+        names = [b for b in sorted(only) if instance.has_dynamic_partition(batches.name, b)]
+    elif failed_only:
+        names = batches_with_failed_runs(instance)
+    else:
+        names = instance.get_dynamic_partitions(batches.name)[-limit:]
+    # one query for many batches; a few candidates (failed runs, `only`) ask per batch
+    done = instance.get_materialized_partitions(dg.AssetKey(DONE_ASSET)) if only is None and not failed_only else None
     out = []
-    names = instance.get_dynamic_partitions(batches.name)
-    for batch in [b for b in names if b in only] if only is not None else names[-limit:]:
-        status, run = _status(instance, batch, done)
+    for batch in names:
+        status, run = _status(instance, batch, done if done is not None else _done(instance, batch))
         if failed_only and status != "failed":
             continue
         if run is None:
@@ -84,6 +91,35 @@ def batch_outcomes(
             objects = tuple(o.key for o in read_manifest(batch).objects)
         out.append(BatchOutcome(batch, status, run.run_id, step, error, objects))
     return out
+
+
+def batches_with_failed_runs(instance, page: int = 1000) -> list[str]:
+    """Every batch with at least one failed run, oldest failure first: the failed runs, a page at a time."""
+    import dagster as dg
+
+    seen: dict[str, None] = {}
+    cursor = None
+    while True:
+        records = instance.get_run_records(
+            filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]), limit=page, cursor=cursor
+        )
+        for record in records:
+            batch = record.dagster_run.tags.get(PARTITION_TAG)
+            if batch:
+                seen[batch] = None
+        if len(records) < page:
+            return list(reversed(seen))
+        cursor = records[-1].dagster_run.run_id
+
+
+def _done(instance, batch: str) -> set[str]:
+    """{batch} when `token_blocks` has a materialization of it, else the empty set (`_status`'s `done`)."""
+    import dagster as dg
+
+    found = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(DONE_ASSET), asset_partitions=[batch]), limit=1
+    ).records
+    return {batch} if found else set()
 
 
 def open_instance(home: Path | None) -> AbstractContextManager[Any]:

@@ -53,7 +53,7 @@ def test_a_batch_that_fails_for_good_is_listed_with_its_error_and_objects(instan
     monkeypatch.setattr(instance, "__exit__", lambda *a: None)
     out = CliRunner().invoke(app, ["batches", "--failed", "--json"])
     assert out.exit_code == 0, out.output
-    listed = [json.loads(line) for line in out.output.splitlines()]
+    listed = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(r["batch"], r["status"]) for r in listed] == [(batch, "failed")]
     assert sorted(listed[0]["objects"]) == sorted(layout.raw_prefix + n for n in names)
     human = CliRunner().invoke(app, ["batches"])
