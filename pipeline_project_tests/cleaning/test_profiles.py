@@ -97,7 +97,7 @@ def test_profiles_off_routes_everything_to_en_web(corpus):
 
 
 def test_profiles_are_versioned_config():
-    assert CONFIG.version == "5" and CONFIG.profiles.zh_web.gopher_quality.max_non_alpha_words_ratio == 0.735
+    assert CONFIG.version == "6" and CONFIG.profiles.zh_web.gopher_quality.max_non_alpha_words_ratio == 0.735
     changed = CleaningConfig.model_validate(
         {"profiles": {"code": {"filters": {"max_line_length": 2000}}}}
     )  # one threshold of one profile

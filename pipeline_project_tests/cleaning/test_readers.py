@@ -312,6 +312,6 @@ def test_one_list_of_suffixes_is_accepted_by_ingest_and_the_readers(config, repo
         assert is_supported(key) and split_suffix(key) is not None, suffix
         reasons = {getattr(o, "reason", None) for o in read_object(key, b"hello", config)}
         assert "unsupported_format" not in reasons, suffix
-    for key in ("a.bin", "a.gz", "a.txt.bz2", "a.tar.gz", "a.pdf"):
+    for key in ("a.bin", "a.gz", "a.txt.bz2", "a.tar.bz2", "a.parquet.gz", "a.pdf"):
         assert not is_supported(key)
         assert [o.reason for o in read_object(key, b"x", config)] == ["unsupported_format"]

@@ -36,7 +36,8 @@ class CleaningConfig(BaseModel):
     # 4: cleaning profiles (profile_config.py): en_web, zh_web (FineWeb-2 cmn_Hani), code (StarCoder2), books
     # 5: per-document CPU budget (limits), document cap enforced while inflating / transcoding, HTML visible text
     #    of code files by an HTML parser
-    version: str = "5"
+    # 6: Parquet, WARC / WET, source files, tar and zip read; reader.text_field_fallbacks ("content"), meta_fields
+    version: str = "6"
     reader: ReaderConfig = ReaderConfig()
     limits: LimitsConfig = LimitsConfig()
     encoding: EncodingRepairConfig = EncodingRepairConfig()

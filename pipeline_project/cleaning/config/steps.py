@@ -15,10 +15,20 @@ class _Step(BaseModel):
 
 
 class ReaderConfig(BaseModel):
-    """How raw objects become documents (`readers.py`); the formats are `readers.SUPPORTED_SUFFIXES`."""
+    """How raw objects become documents (`readers.py`); the formats are `readers.SUPPORTED_SUFFIXES`.
+
+    The JSONL and Parquet readers map fields the same way: `text_field` (or a fallback) is the text, the other
+    scalar fields (or `meta_fields`) go to meta["fields"]."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # the field (JSONL) or column (Parquet) holding the document's text; when a record has none, the first of
+    # `text_field_fallbacks` it has (The Stack's `content`). FineWeb names it `text`
     text_field: str = "text"
+    text_field_fallbacks: tuple[str, ...] = ("content",)
+    # the fields / columns carried beside the text into meta["fields"] (FineWeb: id, url, dump, language, ...;
+    # The Stack: path, blob_id, language, ...); None: every scalar one. A Parquet file is read for these columns
+    # and the text only
+    meta_fields: tuple[str, ...] | None = None
     # one JSONL line (= one document) longer than this is quarantined `line_too_long`, and so is a .txt one of
     # whose lines is; the line is measured in place, never copied
     max_line_bytes: int = 64 * 1024 * 1024

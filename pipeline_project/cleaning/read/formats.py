@@ -1,6 +1,6 @@
-"""How the bytes of one decompressed object become records, by format (`readers.FORMATS`): a .txt document, an
-.html page (trafilatura), JSON Lines; and the small helpers the readers share (quarantine details, blank and
-binary tests)."""
+"""How the bytes of one decompressed object become records, by format (`suffixes.FORMATS`): a .txt document, an
+.html page (trafilatura), JSON Lines, a source file; the record builders the other readers share (a text, a page,
+a JSON object or Parquet row); and the small helpers (quarantine details, blank and binary tests)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import re
 from pipeline_project.cleaning.config import CleaningConfig, ReaderConfig
 from pipeline_project.cleaning.errors import UndecodableError
 from pipeline_project.cleaning.read.encodings import decode_bytes, repair_surrogates
+from pipeline_project.cleaning.read.suffixes import source_language, source_path
 from pipeline_project.cleaning.records import Document, Quarantined
 from pipeline_project.cleaning.steps.pii import mask_pii
 
@@ -67,50 +68,64 @@ def _longest_line(data: bytes | bytearray) -> int:
 # ---- formats -------------------------------------------------------------------------------------------
 
 
-def _read_text(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None):
+def text_record(doc_id: str, source: str, data: bytes | bytearray, config: CleaningConfig, encoding, meta=None):
+    """The document of a whole text (a .txt object, a source file, a WET record), or its quarantine record."""
     cfg = config.reader
     if len(data) > cfg.max_line_bytes and _longest_line(data) > cfg.max_line_bytes:
-        yield Quarantined(key, key, "line_too_long", f"a line over {cfg.max_line_bytes} bytes")
-        return
+        return Quarantined(doc_id, source, "line_too_long", f"a line over {cfg.max_line_bytes} bytes")
     try:
         text, found = decode_bytes(data, cfg)
     except UndecodableError as exc:
-        yield Quarantined(key, key, "undecodable", detail(str(exc), config))
-        return
+        return Quarantined(doc_id, source, "undecodable", detail(str(exc), config))
     if not text or text.isspace():
-        yield Quarantined(key, key, "empty_object", "whitespace only")
-        return
-    yield _document(key, text, key, {"encoding": encoding or found})
+        return Quarantined(doc_id, source, "empty_object", "whitespace only")
+    return _document(doc_id, text, source, {"encoding": encoding or found, **(meta or {})})
 
 
-def _read_html(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None):
+def html_record(doc_id: str, source: str, data: bytes | bytearray, config: CleaningConfig, encoding, meta=None):
+    """The main text of a page (trafilatura), or its quarantine record."""
     try:
         html, found = decode_bytes(data, config.reader)
     except UndecodableError as exc:
-        yield Quarantined(key, key, "undecodable", detail(str(exc), config))
-        return
+        return Quarantined(doc_id, source, "undecodable", detail(str(exc), config))
     if not html or html.isspace():
-        yield Quarantined(key, key, "empty_object", "whitespace only")
-        return
+        return Quarantined(doc_id, source, "empty_object", "whitespace only")
     try:
         import trafilatura
 
         text = trafilatura.extract(html, include_comments=False, include_tables=True, favor_recall=False) or ""
     except Exception as exc:  # noqa: BLE001 - lxml / trafilatura failures on hostile HTML quarantine the page
-        yield Quarantined(key, key, "html_extraction_failed", exc_detail(exc, config))
-        return
-    yield _document(key, text, key, {"encoding": encoding or found, "extracted_from": "html"})
+        return Quarantined(doc_id, source, "html_extraction_failed", exc_detail(exc, config))
+    return _document(doc_id, text, source, {"encoding": encoding or found, "extracted_from": "html", **(meta or {})})
 
 
-def _fields(obj: dict, text_field: str, config: CleaningConfig) -> dict:
-    """The scalar fields beside the text, carried into the shards' meta["fields"].
+def _read_text(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None, path=None):
+    yield text_record(key, key, data, config, encoding)
+
+
+def _read_html(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None, path=None):
+    yield html_record(key, key, data, config, encoding)
+
+
+def _read_source(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None, path=None):
+    """A source file: one document with its path and its language (from the suffix, as The Stack names it) in
+    meta["fields"], which route it to the code profile. `path`: its path in an archive, else its key."""
+    path = path or source_path(key)
+    fields = {"path": path, "language": source_language(path) or "unknown"}
+    yield text_record(key, key, data, config, encoding, {"fields": fields})
+
+
+def fields_of(obj: dict, text_field: str | None, config: CleaningConfig) -> dict:
+    """The scalar fields beside the text (only `reader.meta_fields` when set), carried into the shards'
+    meta["fields"].
 
     Strings are PII-masked exactly as the text is (when the PII step is on), so the shards never keep in meta
-    what they mask in the text; non-finite floats (NaN, Infinity) and nested values are left out.
+    what they mask in the text; non-finite floats (NaN, Infinity), nested values and other types are left out.
     """
     fields = {}
+    wanted = config.reader.meta_fields
     for k, v in obj.items():
-        if k == text_field:
+        if k == text_field or (wanted is not None and k not in wanted):
             continue
         if isinstance(v, str):
             v = repair_surrogates(v)[0]
@@ -121,7 +136,7 @@ def _fields(obj: dict, text_field: str, config: CleaningConfig) -> dict:
                 continue
         elif not isinstance(v, int):  # bool is an int
             continue
-        fields[repair_surrogates(k)[0]] = v
+        fields[repair_surrogates(str(k))[0]] = v
     return fields
 
 
@@ -144,15 +159,29 @@ def _json_record(doc_id: str, key: str, line: bytes | bytearray, config: Cleanin
     except ValueError as exc:  # JSONDecodeError, and int strings past sys.get_int_max_str_digits()
         return quarantine("bad_json_line", detail(str(exc), config))
     if not isinstance(obj, dict):
-        return quarantine("not_an_object", f"a JSON {_JSON_TYPES.get(type(obj), 'null')}, not an object")
-    field = cfg.text_field
-    if field not in obj:
-        return quarantine("missing_text_field", f"no field {field!r}")
+        return quarantine("not_an_object", f"a JSON {_type_name(obj)}, not an object")
+    return object_record(doc_id, key, obj, config, encoding or found)
+
+
+def _type_name(value) -> str:
+    return "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def text_field_of(names, cfg: ReaderConfig) -> str | None:
+    """The field holding the text among `names`: `reader.text_field`, else the first fallback present."""
+    return next((f for f in (cfg.text_field, *cfg.text_field_fallbacks) if f in names), None)
+
+
+def object_record(doc_id: str, key: str, obj: dict, config: CleaningConfig, encoding: str) -> Document | Quarantined:
+    """The document of one record (a JSON object, a Parquet row): its text field's string and its other fields;
+    a record without a text field, or whose text is not a string, is quarantined."""
+    field = text_field_of(obj, config.reader)
+    if field is None:
+        return Quarantined(doc_id, key, "missing_text_field", f"no field {config.reader.text_field!r}")
     text = obj[field]
     if not isinstance(text, str):
-        return quarantine("text_not_string", f"{field!r} is a JSON {_JSON_TYPES.get(type(text), 'null')}")
-    fields = _fields(obj, field, config)
-    return _document(doc_id, text, key, {"encoding": encoding or found, "fields": fields})
+        return Quarantined(doc_id, key, "text_not_string", f"{field!r} is a {_type_name(text)}")
+    return _document(doc_id, text, key, {"encoding": encoding, "fields": fields_of(obj, field, config)})
 
 
 def jsonl_line(key: str, line_no: int, data: bytes | bytearray, start: int, end: int, config, encoding):
@@ -170,7 +199,7 @@ def jsonl_line(key: str, line_no: int, data: bytes | bytearray, start: int, end:
         yield Quarantined(doc_id, key, "reader_error", exc_detail(exc, config))
 
 
-def _read_jsonl(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None):
+def _read_jsonl(key: str, data: bytes | bytearray, config: CleaningConfig, encoding: str | None, path=None):
     """One record per non-blank line, numbered from 1; lines are measured in place and sliced only when kept."""
     start, line_no, n = 0, 0, len(data)
     while start < n:
@@ -181,4 +210,4 @@ def _read_jsonl(key: str, data: bytes | bytearray, config: CleaningConfig, encod
         start = end + 1
 
 
-PARSERS = {"text": _read_text, "jsonl": _read_jsonl, "html": _read_html}
+PARSERS = {"text": _read_text, "jsonl": _read_jsonl, "html": _read_html, "source": _read_source}

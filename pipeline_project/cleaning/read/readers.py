@@ -9,17 +9,21 @@ the object quarantines the object. Each Quarantined carries one short machine re
 `detail` that never quotes the input beyond a short, PII-masked snippet. Every Document's text and meta can be
 encoded as UTF-8 and JSON (lone surrogates are replaced with U+FFFD at read time).
 
-Formats: `SUPPORTED_SUFFIXES` is the one list; `ingest.is_supported` and the dispatch here both use it.
+Formats: `suffixes.SUPPORTED_SUFFIXES` is the one list; `ingest.is_supported` and the dispatch here both use it.
 
     .txt            one document per object
     .jsonl, .json   JSON Lines: one JSON object per line, its `reader.text_field` string is the document.
                     `.json` means the same (a pretty-printed JSON file is quarantined line by line)
     .html, .htm     one document per object, extracted with trafilatura when `reader.extract_html`;
                     otherwise quarantined `html_extraction_disabled`
+    .py, .go, ...   source files (`suffixes.SOURCE_EXTENSIONS`): one document, with its path and language
+    .parquet        one document per row, a row group at a time (`parquet.py`)
+    .warc, .wet     one document per WET conversion or WARC HTML / text response (`warc.py`)
+    .tar, .zip      every member read as an object of its own (`containers.py`)
 
-each plain or compressed (.gz, .zst, .zstd; see `archives.py`). Magic bytes decide the codec, so gzip content
-under a .jsonl name is read. UTF-8 (with or without BOM), UTF-16 and UTF-32 (with a BOM, or recognised by where
-their NUL bytes fall) are read; other encodings are detected with charset-normalizer.
+each plain or compressed (.gz, .zst, .zstd; see `archives.py`) but .parquet and .zip. Magic bytes decide the
+codec, so gzip content under a .jsonl name is read. UTF-8 (with or without BOM), UTF-16 and UTF-32 (with a BOM,
+or recognised by where their NUL bytes fall) are read; other encodings are detected with charset-normalizer.
 """
 
 from __future__ import annotations
@@ -38,64 +42,38 @@ from pipeline_project.cleaning.errors import (
     TruncatedArchiveError,
     UndecodableError,
 )
-from pipeline_project.cleaning.read.archives import COMPRESSION_SUFFIXES, codec_of, inflate_stream
+from pipeline_project.cleaning.read.archives import codec_of, inflate_stream
+from pipeline_project.cleaning.read.containers import read_tar, read_zip
 from pipeline_project.cleaning.read.encodings import transcode_stream, transcode_wide, wide_codecs
 from pipeline_project.cleaning.read.formats import PARSERS, detail, exc_detail, is_binary, is_blank, jsonl_line
+from pipeline_project.cleaning.read.parquet import read_parquet
+from pipeline_project.cleaning.read.reasons import REASONS
+from pipeline_project.cleaning.read.streams import StreamCut
+from pipeline_project.cleaning.read.suffixes import (
+    FORMATS,
+    SUPPORTED_SUFFIXES,
+    UNCOMPRESSED,
+    format_of,
+    is_supported,
+    split_suffix,
+)
+from pipeline_project.cleaning.read.warc import read_warc
 from pipeline_project.cleaning.records import Document, Quarantined
 
-# suffix -> how the (decompressed) bytes are parsed
-FORMATS = {".txt": "text", ".jsonl": "jsonl", ".json": "jsonl", ".html": "html", ".htm": "html"}
-SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(base + comp for base in FORMATS for comp in ("", *COMPRESSION_SUFFIXES))
+__all__ = [
+    "FORMATS",
+    "REASONS",
+    "SUPPORTED_SUFFIXES",
+    "format_of",
+    "is_supported",
+    "read_object",
+    "read_stream",
+    "split_suffix",
+]
 
-REASONS = {
-    "unsupported_format": "the key's suffix is not one of SUPPORTED_SUFFIXES",
-    "html_extraction_disabled": "an .html / .htm object while reader.extract_html is off",
-    "html_extraction_failed": "trafilatura raised on the page",
-    "object_too_large": "the object is larger than reader.max_decompressed_bytes",
-    "corrupt_archive": "gzip / zstd data that cannot be decompressed",
-    "truncated_archive": "the archive ends before its end marker (complete JSONL lines before the cut are kept)",
-    "decompressed_too_large": "the archive inflates past its limit, checked while inflating: a .txt / .html one "
-    "past reader.max_document_bytes, a JSONL one past reader.max_decompressed_bytes",
-    "empty_object": "the object holds nothing but whitespace",
-    "nul_bytes": "NUL bytes in text (a JSONL line, or a .txt / .html object)",
-    "binary_content": "more control bytes than reader.max_control_byte_fraction: not text",
-    "undecodable": "no text encoding fits (or a UTF-16/32 BOM with invalid data after it)",
-    "document_too_large": "a .txt / .html document larger than reader.max_document_bytes (checked while inflating "
-    "and transcoding)",
-    "line_too_long": "a line longer than reader.max_line_bytes",
-    "bad_json_line": "a JSONL line that is not valid JSON",
-    "json_too_deep": "a JSONL line nested deeper than the JSON parser's recursion limit",
-    "not_an_object": "a JSONL line that is valid JSON but not an object",
-    "missing_text_field": "a JSON object without reader.text_field",
-    "text_not_string": "a JSON object whose reader.text_field is not a string",
-    "reader_error": "any other failure while reading (a bug to report; the detail names the exception)",
-}
-
-
-def split_suffix(key: str) -> tuple[str, str | None] | None:
-    """(format, codec named by the suffix) for a supported key, else None. Case-insensitive."""
-    lower = key.lower()
-    codec = None
-    for ext, name in COMPRESSION_SUFFIXES.items():
-        if lower.endswith(ext):
-            lower, codec = lower[: -len(ext)], name
-            break
-    for ext, fmt in FORMATS.items():
-        if lower.endswith(ext):
-            return fmt, codec
-    return None
-
-
-def is_supported(key: str) -> bool:
-    return split_suffix(key) is not None
-
-
-def format_of(key: str) -> str:
-    """The supported suffix a key ends with (`.jsonl.gz`), or "other"; for metadata."""
-    lower = key.lower()
-    return max((s for s in SUPPORTED_SUFFIXES if lower.endswith(s)), key=len, default="other")
-
-
+# formats read from the whole (inflated) stream of pieces by a reader of their own
+_PIECE_READERS = {"parquet": read_parquet, "warc": read_warc, "tar": read_tar, "zip": read_zip}
+_CONTAINER_READERS = {"tar", "zip"}
 # ---- objects -------------------------------------------------------------------------------------------
 
 
@@ -110,8 +88,9 @@ def _object_verdict(fmt: str, payload: bytes | bytearray, cfg: ReaderConfig) -> 
     return None
 
 
-def _read(key: str, blocks: Iterable[bytes], first: bytes, config: CleaningConfig) -> Iterator:
-    """The records of an object given as `blocks` (`first` is the first one, for the magic bytes)."""
+def _read(key: str, blocks: Iterable[bytes], first: bytes, config: CleaningConfig, path: str | None = None) -> Iterator:
+    """The records of an object given as `blocks` (`first` is the first one, for the magic bytes; `path`: an
+    archive member's path in its archive)."""
     cfg = config.reader
     kind = split_suffix(key)
     if kind is None:
@@ -123,6 +102,9 @@ def _read(key: str, blocks: Iterable[bytes], first: bytes, config: CleaningConfi
         return
     if fmt == "jsonl":  # line by line: memory holds a line, however large the object inflates
         yield from _stream_jsonl(key, first, blocks, named_codec, config)
+        return
+    if fmt in _PIECE_READERS:  # record by record, member by member, row group by row group
+        yield from _read_pieces(key, fmt, blocks, None if fmt in UNCOMPRESSED else codec_of(first, named_codec), config)
         return
     # one document: inflated up to the document limit, never further
     codec = codec_of(first, named_codec)
@@ -136,10 +118,35 @@ def _read(key: str, blocks: Iterable[bytes], first: bytes, config: CleaningConfi
     elif outcome and outcome[0][0] != "truncated_archive":
         yield Quarantined(key, key, *outcome[0])
     else:
-        yield from _parse_payload(key, fmt, payload, bool(outcome), config)
+        yield from _parse_payload(key, fmt, payload, bool(outcome), config, path)
 
 
-def _parse_payload(key: str, fmt: str, payload: bytes | bytearray, truncated: bool, config: CleaningConfig):
+def _read_pieces(key: str, fmt: str, blocks: Iterable[bytes], codec: str | None, config: CleaningConfig):
+    """The records of a Parquet, WARC, tar or zip object: its (inflated) pieces go to the format's reader."""
+    limit = config.reader.max_decompressed_bytes
+    outcome: list[tuple[str, str]] = []
+    raw = inflate_stream(blocks, codec, limit) if codec else blocks
+    pieces = _stream_failures(raw, codec, config, outcome, limit)
+    if fmt in _CONTAINER_READERS:
+        yield from _PIECE_READERS[fmt](key, pieces, outcome, config, read_member=_member_reader(config))
+    else:
+        yield from _PIECE_READERS[fmt](key, pieces, outcome, config)
+
+
+def _member_reader(config: CleaningConfig):
+    """How an archive reads a member: as an object of its own, accounted for (`containers.MemberReader`)."""
+
+    def read_member(member_key: str, blocks: Iterable[bytes], path: str) -> Iterator[Document | Quarantined]:
+        it = iter(blocks)
+        first = next(it, b"")
+        yield from _accounted(member_key, _read(member_key, itertools.chain([first], it), first, config, path), config)
+
+    return read_member
+
+
+def _parse_payload(
+    key: str, fmt: str, payload: bytes | bytearray, truncated: bool, config: CleaningConfig, path: str | None = None
+):
     """The records of one whole decompressed object (`truncated`: its archive was cut)."""
 
     def quarantine(reason: str, text: str) -> Quarantined:
@@ -164,7 +171,7 @@ def _parse_payload(key: str, fmt: str, payload: bytes | bytearray, truncated: bo
     if payload:
         verdict = _object_verdict(fmt, payload, config.reader)
         if verdict is None:
-            yield from PARSERS[fmt](key, payload, config, encoding)
+            yield from PARSERS[fmt](key, payload, config, encoding, path)
         elif not truncated:  # of a cut archive, the cut is the one reason given
             yield quarantine(*verdict)
     if truncated:
@@ -195,7 +202,7 @@ def _accounted(key: str, records: Iterator, config: CleaningConfig) -> Iterator[
         for item in records:
             produced = True
             yield item
-    except SourceError:
+    except (SourceError, StreamCut):  # the network's, or an archive member's cut: for the archive's reader
         raise
     except Exception as exc:  # noqa: BLE001 - the guarantee: the object is accounted for, the batch goes on
         produced = True

@@ -20,8 +20,10 @@ from pipeline_project.demo.bad_input.files import (
     gzip_bomb,
     long_line,
     one,
+    parquet_file,
     prose,
     tiny_docs,
+    wet_file,
     with_good,
     zstd_bomb,
 )
@@ -315,4 +317,26 @@ def _(rng, s):
         *one("formats/report.pdf", b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n", "unsupported_format"),
         *one("formats/blob.bin", bytes(rng.randrange(256) for _ in range(500)), "unsupported_format"),
         *one("formats/text.txt.bz2", b"BZh91AY&SY", "unsupported_format"),
+    ]
+
+
+# -- the formats corpora come in: Parquet, WARC, source files
+@_bad_class("truncated_parquet", "corrupt_parquet", "a Parquet file cut in half: its footer, and so every row, is lost")
+def _(rng, s):
+    data = parquet_file([prose(rng) for _ in range(20)])
+    return one("formats/truncated.parquet", data[: len(data) // 2], "corrupt_parquet")
+
+
+@_bad_class("warc_cut_mid_record", "truncated_record", "a WET file cut inside its last record's body")
+def _(rng, s):
+    data = wet_file([prose(rng) for _ in range(3)])
+    return [BadFile("formats/cut.warc.wet", [data[:-40]], kept=2, quarantined={"truncated_record": 1})]
+
+
+@_bad_class("binary_under_source_suffix", "nul_bytes", "compiled bytes (NUL-padded) under .py and .c names")
+def _(rng, s):
+    blob = b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + bytes(rng.randrange(256) for _ in range(2000))
+    return [
+        *one("formats/compiled.py", b"\x33\x0d\x0d\x0a" + b"\x00" * 12 + blob, "nul_bytes"),
+        *one("formats/program.c", blob, "nul_bytes"),
     ]

@@ -129,3 +129,43 @@ def big_txt(rng: random.Random, size: int) -> Iterator[bytes]:
     while left > 0:
         yield block[:left]
         left -= len(block)
+
+
+def parquet_file(texts: list[str]) -> bytes:
+    """A Parquet file with FineWeb's columns (text, id, url), a row per text."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = len(texts)
+    table = pa.table(
+        {"text": texts, "id": [f"doc-{i}" for i in range(n)], "url": [f"https://e.com/{i}" for i in range(n)]}
+    )
+    out = io.BytesIO()
+    pq.write_table(table, out, row_group_size=max(1, n // 2))
+    return out.getvalue()
+
+
+def wet_file(texts: list[str]) -> bytes:
+    """A WET file (uncompressed): one `conversion` record per text, as Common Crawl writes them."""
+    import io
+
+    from warcio.warcwriter import WARCWriter
+
+    out = io.BytesIO()
+    writer = WARCWriter(out, gzip=False)
+    for i, text in enumerate(texts):
+        headers = {
+            "WARC-Record-ID": f"<urn:uuid:00000000-0000-4000-8000-{i:012d}>",
+            "WARC-Date": "2024-01-01T00:00:00Z",
+        }
+        record = writer.create_warc_record(
+            f"https://e.com/{i}",
+            "conversion",
+            payload=io.BytesIO(text.encode()),
+            warc_content_type="text/plain",
+            warc_headers_dict=headers,
+        )
+        writer.write_record(record)
+    return out.getvalue()
