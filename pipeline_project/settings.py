@@ -199,6 +199,8 @@ class Settings:
     # JSON of resources.launchers.TrainerLaunch ({"launcher": "k8s", "image": ...}); unset: a local subprocess
     trainer_launch: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_TRAINER_LAUNCH"))
     cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
+    # JSON of resources.layout.IntakeConfig (batch size, batches per tick, listing bounds); unset: its defaults
+    intake: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_INTAKE"))
     # the fraction of code documents `token_blocks` lays out for fill-in-the-middle (0: off)
     fim_code_rate: float = field(
         default_factory=lambda: float(_env("PIPELINE_FIM_CODE_RATE", str(DEFAULT_FIM_CODE_RATE)))

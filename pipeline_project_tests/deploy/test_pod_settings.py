@@ -37,6 +37,7 @@ ABSENT_COMPOSE = {
     "KAFKA_SASL_PASSWORD": "plaintext brokers",
     "KAFKA_SSL_CA_LOCATION": "plaintext brokers",
     "PIPELINE_TRAINER_LAUNCH": "unset means the subprocess launcher: the trainer runs inside the user-code service",
+    "PIPELINE_INTAKE": "one host: IntakeConfig's defaults (1 GiB batches, 100 a tick) outrun what it can clean",
 }
 
 

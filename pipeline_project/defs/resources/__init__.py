@@ -9,7 +9,7 @@ from pipeline_project.defs.resources.cleaning import CleaningResource
 from pipeline_project.defs.resources.dedup import DedupIndexResource
 from pipeline_project.defs.resources.kafka import KafkaResource
 from pipeline_project.defs.resources.launchers import TrainerLaunch
-from pipeline_project.defs.resources.layout import PipelineLayout, TopicConfig
+from pipeline_project.defs.resources.layout import IntakeConfig, PipelineLayout, TopicConfig
 from pipeline_project.defs.resources.locks import BatchLocks
 from pipeline_project.defs.resources.mlflow import MlflowResource
 from pipeline_project.defs.resources.pushgateway import PushgatewayResource
@@ -49,7 +49,10 @@ def build_resources(settings: Settings | None = None) -> dict:
         ),
         "mlflow": MlflowResource(tracking_uri=s.mlflow_tracking_uri),
         "layout": PipelineLayout(
-            bucket=s.bucket, raw_prefix=s.raw_prefix, topic=TopicConfig(name=s.topic, fim_code_rate=s.fim_code_rate)
+            bucket=s.bucket,
+            raw_prefix=s.raw_prefix,
+            topic=TopicConfig(name=s.topic, fim_code_rate=s.fim_code_rate),
+            intake=IntakeConfig.from_json(s.intake),
         ),
         "cleaning": CleaningResource(config_path=s.cleaning_config_path),
         "dedup": DedupIndexResource(postgres_url=s.postgres_url),

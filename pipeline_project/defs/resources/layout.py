@@ -6,6 +6,7 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import ConfigDict
 
+from pipeline_project.ingest.listing.cursor import Limits
 from pipeline_project.settings import DEFAULT_BUCKET, DEFAULT_FIM_CODE_RATE, DEFAULT_RAW_PREFIX, DEFAULT_TOPIC
 from pipeline_project.streaming.kafka.format import DEFAULT_MESSAGE_BYTES, DEFAULT_SEQ_LEN
 from pipeline_project.streaming.topic import TopicSpec
@@ -54,13 +55,29 @@ class TopicConfig(dg.Config):
 
 
 class IntakeConfig(dg.Config):
-    """How the raw S3 sensor turns new objects into batches: the size of a batch, and the listing's bounds."""
+    """How the raw S3 sensor turns new objects into batches: the size of a batch, how many a tick registers, and
+    the listing's bounds. Set per deployment as JSON of these fields in $PIPELINE_INTAKE (unset: these defaults).
+
+    The size of a batch trades run overhead against retry cost. Each batch is one `ingest_batch` run (a launch,
+    on Kubernetes a pod, plus a manifest, a partition, a ledger entry), so small batches spend a larger share
+    of the cluster on starting runs, and push more partitions and runs through Dagster's storage and run queue.
+    A failed batch is retried whole, so large batches redo more work after a failure, and hold their objects
+    back from training longer (a batch's tokens reach the topic when its run ends)."""
 
     model_config = ConfigDict(extra="forbid")
 
     max_objects_per_batch: int = 500
     max_batch_mb: int = 1024
-    """A batch closes at max_objects_per_batch objects or max_batch_mb of raw bytes, whichever comes first."""
+    """A batch closes at max_objects_per_batch objects or max_batch_mb of raw bytes, whichever comes first (one
+    object larger than max_batch_mb gets a batch of its own)."""
+    max_batches_per_tick: int = 100
+    """A tick registers as many batches as its new objects fill, at most this many: intake keeps up with up to
+    max_batches_per_tick x max_batch_mb per tick (every 15 s). A backlog larger than that is taken over the next
+    ticks. Each batch costs the tick one manifest write (a GET and a PUT)."""
+    max_tick_seconds: float = 30.0
+    """A tick opens no new batch this many seconds after it began (it fills the one open, then writes the
+    manifests), so a tick over a slow listing stays well inside Dagster's 60 s sensor timeout; the rest waits
+    for the next tick."""
     full_scan_every: int = 40
     """The sensor lists keys after the last one taken (cost O(new objects) for append-style key layouts) and
     scans the keys before it N ticks after its last scan finished (N=40: every 10 minutes), which finds keys
@@ -83,6 +100,26 @@ class IntakeConfig(dg.Config):
     max_source_prefixes: int = 200
     """At most this many sources keep a position in the cursor (the one idle longest is dropped first; the scan
     covers a dropped source). Each tick lists each of them once, for at most 15 s, the rest on the next tick."""
+
+    @classmethod
+    def from_json(cls, text: str | None) -> IntakeConfig:
+        """The intake a deployment configures: JSON of these fields ($PIPELINE_INTAKE); unset: the defaults."""
+        return cls.model_validate_json(text) if text else cls()
+
+    def limits(self) -> Limits:
+        """The plain-Python listing limits (`ingest.listing.cursor.Limits`) these fields set."""
+        return Limits(
+            max_objects=self.max_objects_per_batch,
+            max_bytes=self.max_batch_mb << 20,
+            full_scan_every=self.full_scan_every,
+            scan_pages=self.full_scan_pages_per_tick,
+            scan_seconds=self.full_scan_seconds_per_tick,
+            lookback_s=self.full_scan_lookback_s,
+            source_depth=self.source_prefix_depth,
+            max_sources=self.max_source_prefixes,
+            max_batches=self.max_batches_per_tick,
+            tick_seconds=self.max_tick_seconds,
+        )
 
 
 class PipelineLayout(dg.ConfigurableResource):

@@ -1,4 +1,4 @@
-"""The raw S3 sensor's cursor: what every tick has taken, and the limits a tick keeps to (`plan.py`)."""
+"""The raw S3 sensor's cursor: what every tick has taken, and the limits a tick keeps to (`plan.py`, `packing.py`)."""
 
 from __future__ import annotations
 
@@ -127,8 +127,8 @@ class TickCursor:
 
 @dataclass(frozen=True)
 class Limits:
-    max_objects: int
-    max_bytes: int
+    max_objects: int  # per batch
+    max_bytes: int  # per batch
     full_scan_every: int  # 0: only the first tick scans
     scan_pages: int = 10  # at most this many pages of the scan per tick
     scan_seconds: float = 20.0  # and no new page after this long (a tick reads at least one)
@@ -138,13 +138,8 @@ class Limits:
     max_sources: int = 200  # at most this many of them keep a position in the cursor
     discover_pages: int = 5  # pages of the walk that finds new source prefixes, per tick
     source_seconds: float = 15.0  # reading the sources starts no new one after this long
-
-
-def fits_batch(taken: list[RawObject], obj: RawObject, limits: Limits) -> bool:
-    """Whether `obj` joins the batch `taken` within the limits."""
-    if not taken:
-        return True  # one object larger than max_bytes still gets a batch of its own
-    return len(taken) < limits.max_objects and sum(o.size for o in taken) + obj.size <= limits.max_bytes
+    max_batches: int = 1  # batches per tick (`packing.Packer`; plan_batches)
+    tick_seconds: float | None = None  # plan_batches opens no new batch this long into the tick (None: no bound)
 
 
 def listed_object(obj: dict) -> RawObject | None:

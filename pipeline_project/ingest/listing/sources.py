@@ -30,12 +30,12 @@ from typing import Any
 from pipeline_project.ingest.listing.cursor import (
     Limits,
     TickCursor,
-    fits_batch,
     is_taken,
     listed_object,
     remember,
     taken_versions,
 )
+from pipeline_project.ingest.listing.packing import Packer
 from pipeline_project.ingest.manifest import RawObject
 
 BLOOM_BITS = 1 << 16
@@ -106,25 +106,22 @@ class _Reading:
     bucket: str
     cursor: TickCursor
     limits: Limits
-    taken: list[RawObject]
+    packer: Packer
     versions: set[tuple[str, str]]
     low: datetime | None
 
     def take(self, obj: RawObject | None) -> bool:
-        """Take `obj` if it is new to this tick's listing; False once the batch is full."""
+        """Take `obj` if it is new to this tick's listing; False once the tick's batches are full."""
         if obj is None or (self.versions and is_taken(obj, self.versions)):
             return True
         if self.low is not None and datetime.fromisoformat(obj.last_modified) < self.low:
             return True
-        if not fits_batch(self.taken, obj, self.limits):
-            return False
-        self.taken.append(obj)
-        return True
+        return self.packer.add(obj)
 
 
 def _read_source(r: _Reading, source: str, after: str | None) -> tuple[str | None, bool]:
     """New objects of one source after `after`, up to the append listing's `start_after`: (the source's new
-    position, whether the batch filled up)."""
+    position, whether the tick's batches filled up)."""
     while True:
         kwargs = {"Bucket": r.bucket, "Prefix": source, "MaxKeys": r.limits.page_keys}
         if after:
@@ -141,11 +138,11 @@ def _read_source(r: _Reading, source: str, after: str | None) -> tuple[str | Non
 
 
 def source_tick(
-    client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, taken: list[RawObject], clock=time.monotonic
-) -> tuple[list[RawObject], TickCursor]:
-    """Add the new objects of the sources that sort before `start_after` to `taken`; the cursor after it."""
+    client, bucket: str, prefix: str, cursor: TickCursor, limits: Limits, packer: Packer, clock=time.monotonic
+) -> TickCursor:
+    """Add the new objects of the sources that sort before `start_after` to `packer`; the cursor after it."""
     if limits.source_depth <= 0 or cursor.since is None or cursor.start_after is None:
-        return taken, cursor
+        return cursor
     t0, now = clock(), int(time.time())
     known = KnownPrefixes(cursor.known)
     found, discover_after = discover(
@@ -159,14 +156,14 @@ def source_tick(
             tracked[p] = (None, now)
             order.insert(0, p)
     versions, low = taken_versions(cursor.recent), cursor.list_since(limits.lookback_s)
-    reading = _Reading(client, bucket, cursor, limits, taken, versions, low)
-    before, reached = len(taken), []
+    reading = _Reading(client, bucket, cursor, limits, packer, versions, low)
+    before, reached = len(packer), []
     for p in order:
-        if len(taken) >= limits.max_objects or clock() - t0 >= limits.source_seconds:
+        if packer.full or clock() - t0 >= limits.source_seconds:
             break
-        n = len(taken)
+        n = len(packer)
         after, full = _read_source(reading, p, tracked[p][0])
-        tracked[p] = (after, now if len(taken) > n or tracked[p][0] is None else tracked[p][1])
+        tracked[p] = (after, now if len(packer) > n or tracked[p][0] is None else tracked[p][1])
         reached.append(p)
         if full:
             break
@@ -180,6 +177,6 @@ def source_tick(
         sources=sources,
         known=known.pack(),
         discover_after=discover_after,
-        recent=remember(cursor.recent, taken[before:]),
+        recent=remember(cursor.recent, packer.taken[before:]),
     )
-    return taken, out
+    return out
