@@ -65,7 +65,6 @@ def batch_outcomes(
     """The newest `limit` batches, oldest first; with `failed_only`, every batch that failed for good, however old
     (found from the failed runs, never by reading every batch); with `only`, just those batches.
     `read_manifest(batch)` gives a failed batch's manifest, for its objects."""
-    import dagster as dg
 
     from pipeline_project.defs.partitions import batches
 
@@ -74,12 +73,12 @@ def batch_outcomes(
     elif failed_only:
         names = batches_with_failed_runs(instance)
     else:
-        names = instance.get_dynamic_partitions(batches.name)[-limit:]
-    # one query for many batches; a few candidates (failed runs, `only`) ask per batch
-    done = instance.get_materialized_partitions(dg.AssetKey(DONE_ASSET)) if only is None and not failed_only else None
+        newest = instance.get_paginated_dynamic_partitions(batches.name, limit=limit, ascending=False).results
+        names = list(reversed(newest))
+    done = _done(instance, names)
     out = []
     for batch in names:
-        status, run = _status(instance, batch, done if done is not None else _done(instance, batch))
+        status, run = _status(instance, batch, done)
         if failed_only and status != "failed":
             continue
         if run is None:
@@ -112,14 +111,23 @@ def batches_with_failed_runs(instance, page: int = 1000) -> list[str]:
         cursor = records[-1].dagster_run.run_id
 
 
-def _done(instance, batch: str) -> set[str]:
-    """{batch} when `token_blocks` has a materialization of it, else the empty set (`_status`'s `done`)."""
+def _done(instance, names: list[str], page: int = 1000) -> set[str]:
+    """Those of `names` that `token_blocks` has a materialization of: one query per `page` batches, whatever the
+    number of batches the instance holds."""
     import dagster as dg
 
-    found = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(DONE_ASSET), asset_partitions=[batch]), limit=1
-    ).records
-    return {batch} if found else set()
+    done: set[str] = set()
+    for start in range(0, len(names), page):
+        chunk = names[start : start + page]
+        records_filter = dg.AssetRecordsFilter(asset_key=dg.AssetKey(DONE_ASSET), asset_partitions=chunk)
+        cursor = None
+        while True:
+            found = instance.fetch_materializations(records_filter, limit=page, cursor=cursor)
+            done.update(r.partition_key for r in found.records if r.partition_key)
+            if not found.has_more:
+                break
+            cursor = found.cursor
+    return done
 
 
 def open_instance(home: Path | None) -> AbstractContextManager[Any]:

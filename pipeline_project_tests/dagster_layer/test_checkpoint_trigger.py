@@ -231,3 +231,25 @@ def test_a_checkpoint_of_another_topic_does_not_mark_this_topics_batches_trained
         assert untrained_topic_batches(instance, "topic-a") == {}
         assert untrained_topic_batches(instance, "topic-b") == {"b1": {"0": [0, 9]}}
         assert untrained_backlog(instance).tokens == 0  # nor counted for a trigger of topic-a's checkpoint
+
+
+def test_a_tick_with_every_batch_to_read_spreads_the_reading_over_ticks(monkeypatch):
+    """A first tick (a new lineage, a reset) at 10^6 batches read every materialization in one tick, minutes past
+    Dagster's 60 s limit. Under a budget it reads a page at a time and says so; the count it reaches is the whole
+    one's."""
+    import pipeline_project.defs.sensors.checkpoint_trigger as trigger_module
+    from pipeline_project.defs.sensors.trigger_policy import TriggerCursor
+
+    monkeypatch.setattr(trigger_module, "TICK_BUDGET_S", 0.0)  # one page (500 materializations) per tick
+    with dg.instance_for_test() as instance:
+        for i in range(1_200):
+            _produced(instance, f"b{i:04d}", 10, {"0": [i, i]})
+        cursor, reasons = None, []
+        for _ in range(3):
+            result = _tick(instance, cursor)
+            cursor = result.cursor
+            reasons.append(result.skip_reason.skip_message if result.skip_reason else "requested")
+        assert [r.startswith("counting the untrained backlog: ") for r in reasons] == [True, True, False]
+        assert "500 batches (5000 tokens) so far" in reasons[0]
+        carried = TriggerCursor.from_cursor(cursor).backlog
+        assert len(carried.pending) == 1_200 and carried.after == untrained_backlog(instance).newest_id

@@ -9,6 +9,7 @@ cursor; training keeps one in the instance's key-value store (`load_training_sta
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -28,6 +29,7 @@ class Backlog:
     checkpoint_id: int  # storage id of the newest checkpoint materialization (0: none)
     newest_id: int  # storage id of the newest token_blocks materialization (0: none)
     parts: tuple[tuple[int, float], ...] = ()  # (storage id, untrained tokens) of each batch counted
+    caught_up: bool = True  # False: a budget stopped the reading; `tokens` counts what was read so far
 
     def tokens_after(self, storage_id: int) -> int:
         """Untrained tokens of the batches materialized after `storage_id`."""
@@ -79,8 +81,14 @@ def _offset(position: dict, partition: str) -> int:
     return int((position.get(str(partition)) or {}).get("offset", 0))
 
 
-def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None = None) -> Backlog:
-    """What of the topic the newest checkpoint has not trained on; `state` (updated in place) carries it over."""
+def untrained_backlog(
+    instance: dg.DagsterInstance, state: BacklogState | None = None, budget_s: float | None = None
+) -> Backlog:
+    """What of the topic the newest checkpoint has not trained on; `state` (updated in place) carries it over.
+
+    With `budget_s`, reading the new materializations stops after the first page read past that many seconds
+    (`caught_up` False; the next call goes on from there): a tick that starts from nothing (a new lineage, a reset)
+    at a million batches spreads its reading over ticks instead of passing Dagster's 60 s tick limit."""
     state = state if state is not None else BacklogState()
     last_ckpt = instance.fetch_materializations(CHECKPOINT_KEY, limit=1).records
     checkpoint_id = last_ckpt[0].storage_id if last_ckpt else 0
@@ -90,11 +98,16 @@ def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None =
     ckpt_topic = ckpt_meta.get("topic")  # a position is a position in its own topic (None: checkpoints before it)
     if not state.follows(checkpoint_id, position):
         state.after, state.pending = 0, {}
-    for storage_id, batch, meta in _materializations_after(instance, state.after):
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    caught_up = True
+    for storage_id, batch, meta, page_end in _materializations_after(instance, state.after):
         ranges = meta.get("offset_ranges")
         ranges = ranges if isinstance(ranges, dict) else None
         state.pending[batch] = [storage_id, int(meta.get("tokens") or 0), ranges, meta.get("topic")]
         state.after = storage_id
+        if page_end and deadline is not None and time.monotonic() > deadline:
+            caught_up = False
+            break
     state.checkpoint_id, state.position = checkpoint_id, position
     parts: list[tuple[int, float]] = []
     for batch, (storage_id, batch_tokens, ranges, topic) in list(state.pending.items()):
@@ -109,18 +122,24 @@ def untrained_backlog(instance: dg.DagsterInstance, state: BacklogState | None =
         elif batch_tokens > 0:
             parts.append((storage_id, share * batch_tokens))
     tokens = round(sum(t for _sid, t in parts))
-    return Backlog(tokens, len(parts), checkpoint_id=checkpoint_id, newest_id=state.after, parts=tuple(parts))
+    return Backlog(
+        tokens, len(parts), checkpoint_id=checkpoint_id, newest_id=state.after, parts=tuple(parts), caught_up=caught_up
+    )
 
 
-def _materializations_after(instance: dg.DagsterInstance, after: int) -> Iterator[tuple[int, str, dict]]:
-    """(storage id, batch, metadata) of the token_blocks materializations after storage id `after`, oldest first."""
+def _materializations_after(
+    instance: dg.DagsterInstance, after: int, page_size: int = 500
+) -> Iterator[tuple[int, str, dict, bool]]:
+    """(storage id, batch, metadata, last of a page that more pages follow) of the token_blocks materializations after
+    storage id `after`, oldest first."""
     records_filter = dg.AssetRecordsFilter(asset_key=TOKEN_BLOCKS_KEY, after_storage_id=after or None)
     cursor = None
     while True:
-        page = instance.fetch_materializations(records_filter, limit=500, cursor=cursor, ascending=True)
-        for rec in page.records:
-            if rec.asset_materialization.partition:
-                yield rec.storage_id, rec.asset_materialization.partition, plain_metadata(rec.asset_materialization)
+        page = instance.fetch_materializations(records_filter, limit=page_size, cursor=cursor, ascending=True)
+        named = [rec for rec in page.records if rec.asset_materialization.partition]
+        for i, rec in enumerate(named):
+            meta = plain_metadata(rec.asset_materialization)
+            yield rec.storage_id, rec.asset_materialization.partition, meta, page.has_more and i == len(named) - 1
         if not page.has_more:
             return
         cursor = page.cursor

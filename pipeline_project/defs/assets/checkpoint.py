@@ -124,7 +124,6 @@ def deepseek_checkpoint(
     trainer: TrainerResource,
 ):
     from pipeline_project.cleaning.output.publish import manifest_key
-    from pipeline_project.training.backlog import by_reference
 
     refuse_if_another_run_trains(context.instance, context.run.run_id)
     batches = untrained_topic_batches(context.instance, layout.topic.name)
@@ -141,11 +140,7 @@ def deepseek_checkpoint(
         batch_offsets=batches,
         max_steps=config.max_steps,
     )
-    job = by_reference(job, s3.get_client(), context.run.run_id)  # nothing per batch in the trainer's environment
-    context.log.info(
-        f"training on topic {layout.topic.name} ({len(batches)} batches not yet wholly trained"
-        + (f", listed in {job.backlog_uri})" if job.backlog_uri else ")")
-    )
+    context.log.info(f"training on topic {layout.topic.name} ({len(batches)} batches not yet wholly trained)")
     return trainer.run(context, job)
 
 

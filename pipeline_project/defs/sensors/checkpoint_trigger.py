@@ -23,7 +23,9 @@ Neither spin nor stall (`trigger_policy`):
 - nothing is requested while a training run is in flight, or while someone (the demo) holds the trigger.
 
 A tick costs the batches materialized since the last tick plus the backlog, not every batch ever: the sensor's
-cursor (`TriggerCursor`) holds the newest materialization taken and the batches not yet wholly trained.
+cursor (`TriggerCursor`) holds the newest materialization taken and the batches not yet wholly trained. A tick
+that has every batch to read (the first one, a new lineage, a reset) reads for `TICK_BUDGET_S` and goes on at the
+next tick; it requests a run early only when what it has counted already passes the threshold.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from pipeline_project.defs.assets.checkpoint import IN_FLIGHT, deepseek_checkpoi
 from pipeline_project.defs.partitions import TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project.defs.resources.trigger import TrainingTrigger
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor, active_hold, last_training
+
+TICK_BUDGET_S = 20.0  # reading materializations per tick, well under Dagster's 60 s limit
 
 
 @dg.sensor(
@@ -67,8 +71,13 @@ def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext, trigger: Trai
             f"{state.retry_at - now:.0f}s, at {_iso(state.retry_at)}"
         )
         return dg.SensorResult(skip_reason=reason, cursor=state.to_cursor())
-    backlog = untrained_backlog(context.instance, state.backlog)
+    backlog = untrained_backlog(context.instance, state.backlog, budget_s=TICK_BUDGET_S)
     reason = _why_not(context.instance, backlog, trigger.min_new_tokens)
+    if reason and not backlog.caught_up:
+        reason = (
+            f"counting the untrained backlog: {backlog.batches} batches ({backlog.tokens} tokens) so far, up to "
+            f"storage id {backlog.newest_id}; the next tick goes on"
+        )
     if reason:
         return dg.SensorResult(skip_reason=reason, cursor=state.to_cursor())
     run_key = backlog.run_key + (f"-after-failed-{state.failed_run[:8]}" if state.failed_run else "")
