@@ -45,18 +45,29 @@ def _failure(instance, run_id: str) -> tuple[str, str]:
     return "", ""
 
 
-def _status(instance, batch: str, done: set[str]) -> tuple[str, object]:
+def _status(batch: str, done: set[str], run) -> tuple[str, object]:
+    """A batch's status from whether it is done and its newest run (None: none)."""
     import dagster as dg
 
     if batch in done:
         return "done", None
-    records = instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: batch}), limit=1)
-    if not records:
+    if run is None:
         return "not started", None
-    run = records[0].dagster_run
     if run.status == dg.DagsterRunStatus.FAILURE:
         return ("retrying" if run.tags.get(WILL_RETRY_TAG) == "true" else "failed"), run
     return run.status.value.lower().replace("_", " "), run
+
+
+def _newest_runs(instance, names: list[str], page: int = 500) -> dict[str, object]:
+    """Batch -> its newest run, for `names`: one query per `page` batches (a batch has a run or a few)."""
+    import dagster as dg
+
+    newest: dict[str, object] = {}
+    for start in range(0, len(names), page):
+        chunk = names[start : start + page]
+        for record in instance.get_run_records(filters=dg.RunsFilter(tags={PARTITION_TAG: chunk})):
+            newest.setdefault(record.dagster_run.tags.get(PARTITION_TAG), record.dagster_run)  # newest first
+    return newest
 
 
 def batch_outcomes(
@@ -76,9 +87,10 @@ def batch_outcomes(
         newest = instance.get_paginated_dynamic_partitions(batches.name, limit=limit, ascending=False).results
         names = list(reversed(newest))
     done = _done(instance, names)
+    runs = _newest_runs(instance, [b for b in names if b not in done])
     out = []
     for batch in names:
-        status, run = _status(instance, batch, done)
+        status, run = _status(batch, done, runs.get(batch))
         if failed_only and status != "failed":
             continue
         if run is None:
