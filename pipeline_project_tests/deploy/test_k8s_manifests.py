@@ -25,6 +25,7 @@ from pipeline_project_tests.deploy.helpers import (
 
 BASE = k8s_manifests("base")
 KAFKA = k8s_manifests("kafka")
+TIERED = k8s_manifests("kafka/tiered")
 
 
 def _ids(items):
@@ -36,7 +37,7 @@ def test_plain_manifests_fit_the_kubernetes_schemas(path, doc):
     validate_k8s(doc)
 
 
-@pytest.mark.parametrize(("path", "doc"), KAFKA, ids=_ids(KAFKA))
+@pytest.mark.parametrize(("path", "doc"), KAFKA + TIERED, ids=_ids(KAFKA + TIERED))
 def test_strimzi_resources_fit_strimzis_crd_schemas(path, doc):
     assert doc["kind"] in STRIMZI_KINDS
     validate_strimzi(doc)
@@ -161,3 +162,22 @@ def test_postgres_init_creates_the_databases_the_urls_name():
     for db in (values["postgresql"]["postgresqlDatabase"], backend.rsplit("/", 1)[1]):
         assert f"CREATE DATABASE {db} " in sql
     assert _settings()["PIPELINE_POSTGRES_URL"].rsplit("/", 1)[1] == "pipeline"  # POSTGRES_DB itself
+
+
+def test_the_tiered_cluster_is_the_base_one_with_the_token_topic_tiered():
+    """deploy/k8s/kafka/tiered/ differs from deploy/k8s/kafka/ only where tiering needs it."""
+    base = {(d["kind"], d["metadata"]["name"]): d for _path, d in KAFKA}
+    tiered = {(d["kind"], d["metadata"]["name"]): d for _path, d in TIERED}
+    assert set(tiered) == set(base) - {("KafkaUser", "pipeline")}
+    kafka, tiered_kafka = base[("Kafka", "pipeline-kafka")]["spec"], tiered[("Kafka", "pipeline-kafka")]["spec"]
+    extra = tiered_kafka["kafka"]
+    assert extra["tieredStorage"]["type"] == "custom"
+    assert {k: v for k, v in extra["config"].items() if not k.startswith("rlmm.")} == kafka["kafka"]["config"]
+    assert {k: v for k, v in extra.items() if k not in ("tieredStorage", "config", "image")} == {
+        k: v for k, v in kafka["kafka"].items() if k != "config"
+    }
+    topic = tiered[("KafkaTopic", "token-blocks")]["spec"]
+    assert topic["config"]["remote.storage.enable"] is True and topic["config"]["retention.ms"] == -1
+    base_topic = base[("KafkaTopic", "token-blocks")]["spec"]
+    assert {k: v for k, v in topic.items() if k != "config"} == {k: v for k, v in base_topic.items() if k != "config"}
+    assert tiered[("KafkaTopic", "token-blocks.ledger")] == base[("KafkaTopic", "token-blocks.ledger")]

@@ -259,7 +259,14 @@ def launch_trainer(
     context: dg.AssetExecutionContext, launch: TrainerLaunch, job: JobConfig, nproc: int, niceness: int = 0
 ) -> dg.PipesClientCompletedInvocation:
     """Run one training invocation with the configured launcher; `nproc` is the local process count, `niceness`
-    the local process's CPU priority (a pod's is its requests and limits)."""
+    the local process's CPU priority (a pod's is its requests and limits). The job travels in an environment
+    variable, which Linux caps at 128 KiB (about 400 batches inline), so its per-batch part goes to S3 first
+    (`training.backlog`)."""
+    from pipeline_project.training.backlog import by_reference
+
+    if job.partitions or job.shard_manifests or job.batch_offsets:
+        job = by_reference(job, job.settings().s3_client(), context.run.run_id)
+        context.log.info(f"{job.backlog_batches} batches listed in {job.backlog_uri}")
     if launch.launcher == "k8s":
         from dagster_k8s import PipesK8sClient
 

@@ -149,13 +149,6 @@ class TrainerResource(dg.ConfigurableResource):
             return 0
 
     def run(self, context: dg.AssetExecutionContext, job: JobConfig) -> dg.MaterializeResult:
-        """Launch the trainer on `job`. Its per-batch part goes to S3 first (`training.backlog`): the launchers
-        pass the job in an environment variable, which Linux caps at 128 KiB (about 400 batches inline)."""
-        from pipeline_project.training.backlog import by_reference
-
-        job = by_reference(job, job.settings().s3_client(), context.run.run_id)
-        if job.backlog_uri:
-            context.log.info(f"{job.backlog_batches} batches listed in {job.backlog_uri}")
         nproc, niceness = 1, 0  # a pod counts its own GPUs, and its CPU share is its requests and limits
         if self.launch.launcher == "subprocess":
             triggered = self.cpu_niceness > 0 and SENSOR_TAG in context.run.tags
