@@ -194,12 +194,19 @@ class _Recorder:
 
 
 def test_the_launcher_is_chosen_by_config(monkeypatch, launch, job):
+    from types import SimpleNamespace
+
     import dagster as dg
     import dagster_k8s
 
+    from pipeline_project.training import backlog
+
+    handed = []  # the jobs whose batches went to S3 first (training.backlog): the same job here, no S3 at hand
+    monkeypatch.setattr(backlog, "by_reference", lambda job, _s3, run_id: handed.append(run_id) or job)
+    context = SimpleNamespace(run=SimpleNamespace(run_id="r-1"), log=SimpleNamespace(info=lambda _m: None))
     _Recorder.calls = []
     monkeypatch.setattr(dagster_k8s, "PipesK8sClient", _Recorder)
-    assert launchers.launch_trainer(None, launch, job, nproc=1) == "k8s-invocation"
+    assert launchers.launch_trainer(context, launch, job, nproc=1) == "k8s-invocation"
     (call,) = _Recorder.calls
     assert call["base_pod_spec"] == k8s_pod_spec(launch)
     assert call["env"][JOB_CONFIG_ENV] == job.model_dump_json()
@@ -207,9 +214,10 @@ def test_the_launcher_is_chosen_by_config(monkeypatch, launch, job):
 
     seen = {}
     monkeypatch.setattr(dg.PipesSubprocessClient, "run", lambda self, **kw: seen.update(kw, env=self.env) or "local")
-    assert launchers.launch_trainer(None, TrainerLaunch(), job, nproc=1) == "local"
+    assert launchers.launch_trainer(context, TrainerLaunch(), job, nproc=1) == "local"
     assert seen["command"][-2:] == ["--config-env", JOB_CONFIG_ENV]
     assert seen["env"][JOB_CONFIG_ENV] == job.model_dump_json()
+    assert handed == ["r-1", "r-1"]  # both launchers hand the job over by reference
 
 
 def test_from_json_is_the_deployment_route():
