@@ -2,69 +2,20 @@
 
 An attempt is one try at publishing one batch. Its rows are inserted `pending`; lookups ignore them until the
 attempt is `published`. `publish_rows` makes an attempt visible and retires the batch's earlier publication in
-one transaction; `remove_attempt` deletes a dead attempt's rows (the cascade takes its keys and handovers).
+one transaction; `remove_attempt` deletes a dead attempt's rows (its documents' keys are in their rows; the
+cascade takes its handovers and copies). The tables: `schema.py`.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-SCHEMA_VERSION = 2
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS dedup_attempts (
-    attempt TEXT PRIMARY KEY,
-    batch_id TEXT NOT NULL,
-    state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'published')),
-    by_manifest BOOLEAN NOT NULL,
-    created_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS dedup_docs (
-    id BIGSERIAL PRIMARY KEY,
-    attempt TEXT NOT NULL REFERENCES dedup_attempts (attempt) ON DELETE CASCADE,
-    batch_id TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    exact_key BIGINT,
-    signature BYTEA,
-    UNIQUE (attempt, doc_id)
-);
-CREATE TABLE IF NOT EXISTS dedup_exact (
-    key BIGINT PRIMARY KEY,
-    doc BIGINT NOT NULL REFERENCES dedup_docs (id) ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS dedup_bands (
-    key BIGINT PRIMARY KEY,
-    doc BIGINT NOT NULL REFERENCES dedup_docs (id) ON DELETE CASCADE
-);
-CREATE TABLE IF NOT EXISTS dedup_handover (
-    attempt TEXT NOT NULL REFERENCES dedup_attempts (attempt) ON DELETE CASCADE,
-    kind TEXT NOT NULL,
-    key BIGINT NOT NULL,
-    doc BIGINT NOT NULL REFERENCES dedup_docs (id) ON DELETE CASCADE
-);
-CREATE INDEX IF NOT EXISTS dedup_exact_doc ON dedup_exact (doc);
-CREATE INDEX IF NOT EXISTS dedup_bands_doc ON dedup_bands (doc);
-CREATE INDEX IF NOT EXISTS dedup_docs_batch ON dedup_docs (batch_id);
-CREATE INDEX IF NOT EXISTS dedup_handover_attempt ON dedup_handover (attempt);
-CREATE INDEX IF NOT EXISTS dedup_handover_doc ON dedup_handover (doc);
-CREATE INDEX IF NOT EXISTS dedup_attempts_pending ON dedup_attempts (state) WHERE state = 'pending';
-"""
+from pipeline_project.cleaning.dedup import schema
 
-# version 1 had no attempts: every row was visible. Each batch becomes one published attempt.
-MIGRATE_FROM_1 = """
-INSERT INTO dedup_attempts (attempt, batch_id, state, by_manifest)
-    SELECT DISTINCT 'v1:' || batch_id, batch_id, 'published', false FROM dedup_docs;
-ALTER TABLE dedup_docs ADD COLUMN IF NOT EXISTS attempt TEXT;
-UPDATE dedup_docs SET attempt = 'v1:' || batch_id;
-ALTER TABLE dedup_docs ALTER COLUMN attempt SET NOT NULL,
-    ADD FOREIGN KEY (attempt) REFERENCES dedup_attempts (attempt) ON DELETE CASCADE,
-    DROP CONSTRAINT IF EXISTS dedup_docs_batch_id_doc_id_key,
-    ADD UNIQUE (attempt, doc_id);
-UPDATE dedup_meta SET value = '2' WHERE name = 'schema_version';
-"""
+SCHEMA_VERSION = schema.SCHEMA_VERSION
 
 # what a lookup may find: rows of published attempts of other batches
-VISIBLE = "JOIN dedup_attempts a ON a.attempt = d.attempt AND a.state = 'published'"
+VISIBLE = "JOIN dedup_attempts a ON a.num = d.attempt AND a.state = 'published'"
 
 
 class AttemptLostError(Exception):
@@ -80,30 +31,47 @@ def publish_rows(cur, attempt: str) -> bool:
     """Make `attempt` visible and retire the batch's earlier publication (keys it shares pass to `attempt`).
 
     Returns False when the attempt's rows are gone. Publishing an attempt that is already published is a no-op.
+    The earlier publication's rows go first, so the keys handed over are free; a key meanwhile taken by another
+    batch's document (the earlier owner was gone before) stays that document's.
     """
-    cur.execute("SELECT batch_id, state FROM dedup_attempts WHERE attempt = %s FOR UPDATE", (attempt,))
+    cur.execute("SELECT pg_advisory_xact_lock(%s)", (schema.KEYS_LOCK,))
+    cur.execute("SELECT num, batch_id, state FROM dedup_attempts WHERE attempt = %s FOR UPDATE", (attempt,))
     row = cur.fetchone()
     if row is None:
         return False
-    batch_id, state = row
+    num, batch_id, state = row
     if state == "published":
         return True
-    cur.execute("UPDATE dedup_attempts SET state = 'published' WHERE attempt = %s", (attempt,))
-    for table, kind in (("dedup_exact", "exact"), ("dedup_bands", "bands")):
+    cur.execute("UPDATE dedup_attempts SET state = 'published' WHERE num = %s", (num,))
+    cur.execute("DELETE FROM dedup_attempts WHERE batch_id = %s AND num <> %s AND state = 'published'", (batch_id, num))
+    columns = schema.key_columns(_num_bands(cur))
+    cur.execute("SELECT DISTINCT col FROM dedup_handover WHERE attempt = %s", (num,))
+    for (col,) in cur.fetchall():
+        c = columns[col]
         cur.execute(
-            f"INSERT INTO {table} (key, doc) SELECT DISTINCT ON (key) key, doc FROM dedup_handover "
-            "WHERE attempt = %s AND kind = %s ORDER BY key, doc "
-            f"ON CONFLICT (key) DO UPDATE SET doc = EXCLUDED.doc WHERE {table}.doc IN "
-            "(SELECT id FROM dedup_docs WHERE batch_id = %s AND attempt <> %s)",
-            (attempt, kind, batch_id, attempt),
+            f"UPDATE dedup_kept d SET {c} = h.key FROM dedup_handover h WHERE h.attempt = %s AND h.col = %s "
+            f"AND d.id = h.doc AND NOT EXISTS (SELECT 1 FROM dedup_kept o WHERE o.{c} = h.key)",
+            (num, col),
         )
-    cur.execute("DELETE FROM dedup_handover WHERE attempt = %s", (attempt,))
-    cur.execute(
-        "DELETE FROM dedup_attempts WHERE batch_id = %s AND attempt <> %s AND state = 'published'", (batch_id, attempt)
-    )
+    cur.execute("DELETE FROM dedup_handover WHERE attempt = %s", (num,))
     return True
 
 
+def _num_bands(cur) -> int:
+    cur.execute("SELECT value FROM dedup_meta WHERE name = 'num_bands'")
+    return int(cur.fetchone()[0])
+
+
 def remove_attempt(cur, attempt: str) -> None:
-    """Delete a pending attempt and, by cascade, its documents, keys and handovers."""
+    """Delete a pending attempt and, by cascade, its documents (their keys with them), handovers and copies."""
     cur.execute("DELETE FROM dedup_attempts WHERE attempt = %s AND state = 'pending'", (attempt,))
+
+
+def forget_rows(cur, attempt: str, doc_ids: list[str]) -> int:
+    """Delete the named documents of `attempt` (their keys and handovers with them); returns how many."""
+    cur.execute(
+        "DELETE FROM dedup_kept d USING dedup_attempts a WHERE a.num = d.attempt AND a.attempt = %s "
+        "AND d.doc_id = ANY(%s)",
+        (attempt, doc_ids),
+    )
+    return cur.rowcount

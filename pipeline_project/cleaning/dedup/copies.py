@@ -10,23 +10,31 @@ grows as later batches publish copies of it; the attribute written at cleaning t
 
 from __future__ import annotations
 
+import hashlib
+import uuid
 import weakref
 from collections import Counter
 from collections.abc import Iterable
 
+from pipeline_project.cleaning.dedup.attempts import AttemptLostError
 from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.output.attributes import duplicate_of
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS dedup_copies (
-    attempt TEXT NOT NULL REFERENCES dedup_attempts (attempt) ON DELETE CASCADE,
-    target TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('exact', 'near')),
+    target UUID NOT NULL,
+    attempt INTEGER NOT NULL REFERENCES dedup_attempts (num) ON DELETE CASCADE,
+    near BOOLEAN NOT NULL,
     n INTEGER NOT NULL,
-    PRIMARY KEY (attempt, target, kind)
+    PRIMARY KEY (target, attempt, near)
 );
-CREATE INDEX IF NOT EXISTS dedup_copies_target ON dedup_copies (target);
+CREATE INDEX IF NOT EXISTS dedup_copies_attempt ON dedup_copies (attempt);
 """
+
+
+def target_key(target: str) -> str:
+    """The stored key of a target "<batch>/<doc>": its md5 as a UUID (16 bytes; no two of 10^10 targets share one)."""
+    return str(uuid.UUID(hashlib.md5(target.encode("utf-8")).hexdigest()))
 
 
 _READY: weakref.WeakSet = weakref.WeakSet()  # the indexes whose database holds the table
@@ -45,9 +53,16 @@ def record(index, attempt: str, copies: Counter) -> None:
 
     with index.cursor() as cur:
         _ensure(index, cur)
-        cur.execute("DELETE FROM dedup_copies WHERE attempt = %s", (attempt,))
-        rows = [(attempt, target, kind, n) for (target, kind), n in sorted(copies.items())]
-        execute_values(cur, "INSERT INTO dedup_copies (attempt, target, kind, n) VALUES %s", rows)
+        cur.execute("SELECT num FROM dedup_attempts WHERE attempt = %s", (attempt,))
+        row = cur.fetchone()
+        if row is None:
+            raise AttemptLostError(f"dedup index: attempt {attempt} is gone (judged dead); not recording its copies")
+        cur.execute("DELETE FROM dedup_copies WHERE attempt = %s", row)
+        summed: Counter = Counter()
+        for (target, kind), n in copies.items():
+            summed[(target_key(target), kind == "near")] += n
+        rows = [(target, row[0], near, n) for (target, near), n in sorted(summed.items())]
+        execute_values(cur, "INSERT INTO dedup_copies (target, attempt, near, n) VALUES %s", rows)
 
 
 def counts(index, targets: Iterable[str], attempt: str = "", batch_id: str = "") -> dict[str, tuple[int, int]]:
@@ -57,17 +72,19 @@ def counts(index, targets: Iterable[str], attempt: str = "", batch_id: str = "")
     out = dict.fromkeys(targets, (0, 0))
     if not targets:
         return out
+    name_of = {target_key(t): t for t in targets}
     with index.cursor() as cur:
         _ensure(index, cur)
         cur.execute(
-            "SELECT c.target, c.kind, sum(c.n) FROM dedup_copies c JOIN dedup_attempts a ON a.attempt = c.attempt "
-            "WHERE c.target = ANY(%s) AND ((a.state = 'published' AND a.batch_id <> %s) OR a.attempt = %s) "
-            "GROUP BY c.target, c.kind",
-            (targets, batch_id, attempt),
+            "SELECT c.target::text, c.near, sum(c.n) FROM dedup_copies c JOIN dedup_attempts a ON a.num = c.attempt "
+            "WHERE c.target = ANY(%s::uuid[]) AND ((a.state = 'published' AND a.batch_id <> %s) OR a.attempt = %s) "
+            "GROUP BY c.target, c.near",
+            (list(name_of), batch_id, attempt),
         )
-        for target, kind, n in cur.fetchall():
+        for key, is_near, n in cur.fetchall():
+            target = name_of[key]
             exact, near = out[target]
-            out[target] = (exact + int(n), near) if kind == "exact" else (exact, near + int(n))
+            out[target] = (exact, near + int(n)) if is_near else (exact + int(n), near)
     return out
 
 

@@ -10,6 +10,8 @@ import numpy as np
 
 from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.dedup.local import LocalIndex
+from pipeline_project.cleaning.dedup.upgrade import band_numbers
+from pipeline_project.cleaning.errors import CleaningError
 
 
 def import_local_index(
@@ -23,12 +25,14 @@ def import_local_index(
     batch_of = np.asarray(index.doc_batch)
     exact_by_entry = np.zeros(len(index), dtype=np.uint64)
     exact_by_entry[index.exact_entries] = index.exact_keys
+    # each band key at its band number (the index's band columns), found again from the entry's signature
     bands_by_entry = np.zeros((len(index), index.num_bands), dtype=np.uint64)
-    filled = np.zeros(len(index), dtype=np.int64)
     for key, entry in zip(index.band_keys.tolist(), index.band_entries.tolist()):
-        if filled[entry] < index.num_bands:
-            bands_by_entry[entry, filled[entry]] = key
-            filled[entry] += 1
+        where = band_numbers(index.signatures[entry].tobytes(), index.num_perm, index.num_bands)
+        band = where.get(int(np.uint64(key).view(np.int64)))
+        if band is None:
+            raise CleaningError(f"the index file's band key {key} matches none of its entry's bands: not importing")
+        bands_by_entry[entry, band] = key
     for b, batch_id in enumerate(index.batches):
         rows = np.flatnonzero(batch_of == b)
         with hold(batch_id):

@@ -1,12 +1,11 @@
 """The cross-batch dedup index in PostgreSQL: point lookups, and first-writer-wins inserts decided by the database.
 
-The index holds only documents of published batches. Tables (created on first use; `dedup_attempts` shows the
-lifecycle):
+The index holds only documents of published batches. Tables (`schema.py`, version 3; created on first use, an
+earlier version upgraded in place by `upgrade.py`):
 
-    dedup_attempts  one row per try at publishing a batch: (attempt, batch_id, state pending|published)
-    dedup_docs      one row per kept document of an attempt: (id, attempt, batch_id, doc_id, exact_key, signature)
-    dedup_exact     exact content hash -> the document that holds it (PRIMARY KEY: one owner per hash)
-    dedup_bands     MinHash band key   -> the first document seen with it (PRIMARY KEY: one owner per band)
+    dedup_attempts  one row per try at publishing a batch: (attempt, num, batch_id, state pending|published)
+    dedup_kept      one row per kept document: its exact hash and MinHash band keys in UNIQUE columns (one owner
+                    per key; NULL where another document owns it), its doc id and signature
     dedup_handover  keys a re-run takes over from its batch's earlier publication when it is published
 
 Protocol (`cleaned_shards`): clean with lookups, which see published attempts only -> `reserve_batch` inserts the
@@ -26,8 +25,8 @@ crash at any point leaves either nothing visible or a manifest whose attempt can
   batches with the same new document never both keep it (the second waits, then finds it published) and never
   both drop it (a dead first writer's rows are deleted before the second decides). A key held by a published
   document of another batch is decided as before: exact -> duplicate, band -> near duplicate by signature
-  estimate. Those are handed back as late drops and their rows removed in the same transaction. Keys are
-  inserted in sorted order, and no transaction that holds inserted rows waits on an attempt, so none deadlock.
+  estimate. Those are handed back as late drops and never inserted. Writers of keys take turns (a transaction
+  lock, `schema.KEYS_LOCK`), and no transaction that holds inserted rows waits on an attempt, so none deadlock.
 
 Re-running a batch: lookups ignore the batch's own rows, and its earlier publication stays visible until the
 re-run is published; then, in one transaction, the keys both share pass to the re-run (`dedup_handover`) and
@@ -47,12 +46,13 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from pipeline_project.cleaning.dedup import attempts
+from pipeline_project.cleaning.dedup import attempts, schema
 from pipeline_project.cleaning.dedup import copies as copy_counts
 from pipeline_project.cleaning.dedup import reserve as reserving
 from pipeline_project.cleaning.dedup.attempts import SCHEMA_VERSION, AttemptLostError
 from pipeline_project.cleaning.dedup.index import IndexEntry
-from pipeline_project.cleaning.dedup.traffic import IndexTraffic, first_line, row_bytes, signed
+from pipeline_project.cleaning.dedup.traffic import IndexTraffic, first_line, row_bytes
+from pipeline_project.cleaning.dedup.upgrade import upgrade
 from pipeline_project.cleaning.errors import CleaningError
 from pipeline_project.common.postgres import connect_kwargs
 
@@ -144,9 +144,9 @@ class PostgresDedupIndex:
             cur.execute("CREATE TABLE IF NOT EXISTS dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
             cur.execute("SELECT value FROM dedup_meta WHERE name = 'schema_version'")
             row = cur.fetchone()
-            cur.execute(attempts.SCHEMA)
-            if row is not None and row[0] == "1":
-                cur.execute(attempts.MIGRATE_FROM_1)
+            upgrade(cur, row[0] if row is not None else None)
+            cur.execute("SELECT value FROM dedup_meta WHERE name = 'num_bands'")  # the stored shape's columns
+            cur.execute(schema.schema(int((cur.fetchone() or [self.num_bands])[0])))
             cur.execute(
                 "INSERT INTO dedup_meta (name, value) VALUES ('schema_version', %s), ('num_perm', %s), "
                 "('num_bands', %s) ON CONFLICT (name) DO NOTHING",
@@ -177,45 +177,51 @@ class PostgresDedupIndex:
 
     def __len__(self) -> int:
         with self.cursor() as cur:
-            cur.execute(f"SELECT count(*) FROM dedup_docs d {attempts.VISIBLE}")
+            cur.execute(f"SELECT count(*) FROM dedup_kept d {attempts.VISIBLE}")
             return int(cur.fetchone()[0])
 
-    def _lookup(self, table: str, keys: np.ndarray) -> np.ndarray:
-        flat = np.ascontiguousarray(keys, dtype=np.uint64).ravel()
-        out = np.full(flat.shape, -1, dtype=np.int64)
-        if flat.size == 0:
-            return out.reshape(np.shape(keys))
-        found: dict[int, int] = {}
+    def _lookup(self, columns: list[str], keys: np.ndarray) -> np.ndarray:
+        """keys (docs, len(columns)): each column's keys against that key column -> entry numbers or -1."""
+        keys = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1, len(columns))
+        out = np.full(keys.shape, -1, dtype=np.int64)
+        if keys.size == 0:
+            return out
+        found: dict[tuple[int, int], int] = {}
         started = time.perf_counter()
+        as_signed = keys.view(np.int64)
+        step = max(1, _LOOKUP_CHUNK // len(columns))
         with self.cursor() as cur:
-            keys_signed = signed(flat)
-            for start in range(0, len(keys_signed), _LOOKUP_CHUNK):
+            for start in range(0, len(keys), step):
+                wanted = [sorted(set(as_signed[start : start + step, c].tolist()) - {0}) for c in range(len(columns))]
                 cur.execute(
-                    f"SELECT t.key, d.id, d.batch_id, d.doc_id, d.signature FROM {table} t "
-                    f"JOIN dedup_docs d ON d.id = t.doc {attempts.VISIBLE} WHERE t.key = ANY(%s) AND d.batch_id <> %s",
-                    (keys_signed[start : start + _LOOKUP_CHUNK], self.batch_id or ""),
+                    f"SELECT d.id, a.batch_id, d.doc_id, d.signature, {', '.join(f'd.{c}' for c in columns)} "
+                    f"FROM dedup_kept d {attempts.VISIBLE} WHERE a.batch_id <> %s AND ("
+                    + " OR ".join(f"d.{c} = ANY(%s)" for c in columns)
+                    + ")",
+                    (self.batch_id or "", *wanted),
                 )
-                for key, doc, batch, doc_id, sig in cur.fetchall():
-                    found[key] = doc
+                for doc, batch, doc_id, sig, *held in cur.fetchall():
                     self._entries[doc] = (batch, doc_id, bytes(sig) if sig is not None else None)
+                    for c, key in enumerate(held):
+                        if key is not None:
+                            found[(c, key)] = doc
                     self.traffic.rows_read += 1
                     self.traffic.bytes_read += row_bytes(batch, doc_id, sig)
-        self.traffic.keys_queried += len(keys_signed)
+        self.traffic.keys_queried += int(np.count_nonzero(keys))
         self.traffic.lookup_s += time.perf_counter() - started
         if found:
-            as_signed = flat.view(np.int64)
-            for i, key in enumerate(as_signed.tolist()):
-                doc = found.get(key)
+            for (r, c), key in np.ndenumerate(as_signed):
+                doc = found.get((c, key))
                 if doc is not None:
-                    out[i] = doc
-        return out.reshape(np.shape(keys))
+                    out[r, c] = doc
+        return out
 
     def lookup_exact(self, keys: np.ndarray) -> np.ndarray:
-        return self._lookup("dedup_exact", keys)
+        return self._lookup(["exact"], keys).reshape(np.shape(keys))
 
     def lookup_bands(self, band_keys: np.ndarray) -> np.ndarray:
         """band_keys: (docs, bands) -> (docs, bands) entry numbers or -1."""
-        return self._lookup("dedup_bands", band_keys)
+        return self._lookup(schema.key_columns(self.num_bands)[1:], band_keys).reshape(np.shape(band_keys))
 
     def entry(self, number: int) -> IndexEntry:
         batch, doc_id, _ = self._entries[int(number)]
@@ -377,7 +383,7 @@ class PostgresDedupIndex:
         with self.cursor() as cur:
             cur.execute(
                 "SELECT c.reltuples::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE c.relname = 'dedup_docs' AND n.nspname = %s",
+                "WHERE c.relname = 'dedup_kept' AND n.nspname = %s",
                 (self.schema,),
             )
             row = cur.fetchone()

@@ -77,13 +77,13 @@ def forget_documents(url: str, schema: str = "dedup") -> Forget:
     handovers cascade). Idempotent."""
 
     def forget(attempt: str, doc_ids: list[str]) -> int:
+        from pipeline_project.cleaning.dedup.attempts import forget_rows
         from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
 
         index = PostgresDedupIndex(url, schema=schema)
         try:
             with index.cursor() as cur:
-                cur.execute("DELETE FROM dedup_docs WHERE attempt = %s AND doc_id = ANY(%s)", (attempt, doc_ids))
-                return cur.rowcount
+                return forget_rows(cur, attempt, doc_ids)
         finally:
             index.close()
 
