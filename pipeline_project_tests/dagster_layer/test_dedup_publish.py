@@ -29,3 +29,18 @@ def test_lost_answers_to_the_manifest_write_keep_every_document_once(stack, pg_u
     assert r.detail["batch_1_cleaned"] and r.detail["batch_2_cleaned"] and r.detail["published"] == 2, r
     assert r.detail["objects_missing"] == [] and r.detail["attempt_states"] == {"published": 2}, r
     assert (r.lost, r.duplicated) == (0, 0) and r.blocks_claimed > 0 and r.ok, r
+
+
+@pytest.mark.parametrize("write", ["shard", "attributes", "sink"])
+def test_every_answer_to_a_write_under_the_attempts_keys_lost_publishes_the_batch_once(stack, pg_url, write):
+    """The class of finding 4 for the writes made before the manifest names them: all five answers lost, botocore
+    raises; the attempt is abandoned and its objects removed, the step's retry publishes the batch, and nothing
+    is left that the manifest does not name."""
+    from pipeline_project_harness.reliability.publish_trials import lost_answers
+
+    r = lost_answers(stack, pg_url, write=write, lost=5)
+    assert r.detail["statuses_of_lost_answers"] == [200] * 5, r
+    assert r.detail["batch_1_cleaned"] and r.detail["published"] == 2, r
+    assert r.detail["objects_missing"] == [] and r.detail["objects_unreferenced"] == [], r
+    assert r.detail["attempt_states"] == {"published": 2}, r
+    assert (r.lost, r.duplicated) == (0, 0) and r.ok, r
