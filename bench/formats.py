@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from pipeline_project.cleaning import CleaningConfig, Document, read_object  # noqa: E402
 from pipeline_project.cleaning.config import ReaderConfig  # noqa: E402
 from pipeline_project.demo.sample.corpus import prose_document  # noqa: E402
-from pipeline_project_tests.cleaning.format_samples import fineweb_parquet, html_page, warc_bytes  # noqa: E402
+from pipeline_project_harness.format_samples import fineweb_parquet, html_page, warc_bytes  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "formats.json"
 

@@ -19,8 +19,7 @@ from pipeline_project.cleaning import CleaningConfig, Document, Quarantined, rea
 from pipeline_project.cleaning.chain.profiles import ProfileRouter
 from pipeline_project.cleaning.config import ReaderConfig
 from pipeline_project.cleaning.read.readers import REASONS, SUPPORTED_SUFFIXES, format_of, split_suffix
-from pipeline_project_tests.cleaning.conftest import prose
-from pipeline_project_tests.cleaning.format_samples import (
+from pipeline_project_harness.format_samples import (
     SOURCES,
     fineweb_parquet,
     html_page,
@@ -28,6 +27,7 @@ from pipeline_project_tests.cleaning.format_samples import (
     stack_parquet,
     warc_bytes,
 )
+from pipeline_project_tests.cleaning.conftest import prose
 
 HTML = CleaningConfig(reader=ReaderConfig(extract_html=True))
 

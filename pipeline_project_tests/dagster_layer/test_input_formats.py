@@ -17,8 +17,8 @@ from pipeline_project.defs.assets.cleaned import cleaned_shards
 from pipeline_project.defs.assets.raw import raw_text
 from pipeline_project.defs.resources.cleaning import CleaningResource
 from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
+from pipeline_project_harness.format_samples import SOURCES, fineweb_parquet, html_page, warc_bytes
 from pipeline_project_tests.cleaning.conftest import prose
-from pipeline_project_tests.cleaning.format_samples import SOURCES, fineweb_parquet, html_page, warc_bytes
 
 pytestmark = pytest.mark.stack
 
