@@ -90,7 +90,7 @@ class Cluster:
             "PIPELINE_CLUSTER_HOST": host.name,
             "PIPELINE_CLUSTER_ADDRESS": host.address,
             "PIPELINE_PUSHGATEWAY_URL": "off",  # no Prometheus host in the cluster; never the loopback default
-            "TMPDIR": "/tmp",  # the host's own (netns.ON_HOST)
+            "TMPDIR": "/tmp" if netns.private_tmp(host) else str(host.tmp),  # the host's own (netns.ON_HOST)
         }
 
     # -- lifecycle -------------------------------------------------------------------------------------------------

@@ -22,14 +22,14 @@ from pipeline_project.stack.config import REPO_ROOT
 from pipeline_project.stack.errors import StackError
 
 # Runs first inside the host's namespace (as root; `ip netns exec` has just made a private mount namespace and
-# `unshare --uts` a private hostname): the host gets its name; the paths it needs that live under /tmp (a checkout
-# cloned there, the cluster's state) are bound into its scratch dir at the same place, the scratch dir becomes its
-# /tmp, then the real command replaces the shell (same pid). Arguments: NAME SCRATCH [PATH...] -- COMMAND...
-ON_HOST = (
-    'hostname "$1" && tmp="$2" && shift 2 || exit 1; '
-    'while [ "$1" != -- ]; do mkdir -p "$tmp${1#/tmp}" && mount --bind "$1" "$tmp${1#/tmp}" || exit 1; shift; done; '
-    'shift; mount --rbind "$tmp" /tmp && exec "$@"'
-)
+# `unshare --uts` a private hostname): the host gets its name, its own scratch dir becomes its /tmp, then the real
+# command replaces the shell (same pid). Arguments: NAME SCRATCH COMMAND...
+ON_HOST = 'hostname "$1" && mount --bind "$2" /tmp && shift 2 && exec "$@"'
+# The same where a path the host needs lives under /tmp (a checkout cloned there): mounting over /tmp would hide it,
+# and binding it back in would make two mounts of one filesystem, across which a rename fails (EXDEV: a checkpoint
+# saved from the host's scratch into the checkout). The host keeps the machine's /tmp; its processes get their own
+# scratch dir as TMPDIR (`Cluster.env`).
+ON_HOST_SHARED_TMP = 'hostname "$1" && shift 2 && exec "$@"'
 ETC_NETNS = Path("/etc/netns")
 # `ip netns exec` mounts these over /etc/hosts and /etc/resolv.conf: names of the cluster's hosts, and no DNS server
 # (none is reachable from the subnet; glibc then fails a lookup at once instead of timing out)
@@ -63,8 +63,8 @@ def link_is_up(name: str) -> bool | None:
 
 
 def wrap(host: Host, cmd: Sequence[str]) -> tuple[str, ...]:
-    """argv that runs `cmd` on `host`: inside its namespace, with its own hostname and /tmp."""
-    needed = (REPO_ROOT, host.dir, Path(sys.prefix), Path(sys.executable).parent)
+    """argv that runs `cmd` on `host`: inside its namespace, with its own hostname and /tmp (its own TMPDIR where
+    the checkout lives under /tmp: `private_tmp`)."""
     return (
         "ip",
         "netns",
@@ -74,14 +74,17 @@ def wrap(host: Host, cmd: Sequence[str]) -> tuple[str, ...]:
         "--uts",
         "sh",
         "-c",
-        ON_HOST,
+        ON_HOST if private_tmp(host) else ON_HOST_SHARED_TMP,
         "sh",
         host.name,
         str(host.tmp),
-        *under_tmp(needed),
-        "--",
         *cmd,
     )
+
+
+def private_tmp(host: Host) -> bool:
+    """Whether the host's scratch dir can be mounted over /tmp: no path it needs lives under /tmp."""
+    return not under_tmp((REPO_ROOT, host.dir, Path(sys.prefix), Path(sys.executable).parent))
 
 
 def under_tmp(paths: Sequence[Path]) -> list[str]:

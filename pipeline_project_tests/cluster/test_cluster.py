@@ -41,8 +41,9 @@ def on_host(cluster: Cluster, host: str, *args: str, timeout: float = 120) -> di
 
 
 def test_a_host_under_a_locked_dir_in_tmp_sees_its_files_and_writes_its_own_tmp(cluster: Cluster):
-    """A host whose directory is under /tmp (a checkout cloned there) inside a mode-700 directory: its private /tmp
-    must not hide that directory, and what it writes to /tmp lands in its own scratch dir."""
+    """A host whose directory is under /tmp (a checkout cloned there) inside a mode-700 directory: /tmp is not
+    mounted over (it would hide that directory, and a bind back in makes renames across it fail), and its
+    processes' TMPDIR is its own scratch dir."""
     import dataclasses
     import os
     import tempfile
@@ -54,12 +55,15 @@ def test_a_host_under_a_locked_dir_in_tmp_sees_its_files_and_writes_its_own_tmp(
         host = dataclasses.replace(cluster.host("trainer-2"), dir=home / "checkout" / ".cluster" / "trainer-2")
         host.tmp.mkdir(parents=True)
         (host.dir / "marker").write_text("seen\n")
-        script = f"cat {host.dir}/marker && echo mine > /tmp/written && hostname"
-        done = subprocess.run(netns.wrap(host, ["sh", "-c", script]), capture_output=True, text=True, timeout=30)
+        script = f'cat {host.dir}/marker && echo mine > "$TMPDIR/written" && hostname && ls /tmp/{home.name}'
+        env = {**os.environ, **cluster.env(host)}
+        done = subprocess.run(
+            netns.wrap(host, ["sh", "-c", script]), env=env, capture_output=True, text=True, timeout=30
+        )
         assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == ["seen", "trainer-2"]
-        assert (host.tmp / "written").read_text() == "mine\n"
-        assert not Path("/tmp/written").exists()
+        assert done.stdout.split() == ["seen", "trainer-2", "checkout"]  # /tmp is the machine's: nothing hidden
+        assert (host.tmp / "written").read_text() == "mine\n"  # its scratch is its own
+        assert not netns.private_tmp(host) and netns.private_tmp(cluster.host("trainer-2"))
     finally:
         import shutil
 
