@@ -14,11 +14,12 @@
 #   --cluster       the network-namespace cluster (root; pipeline_project_tests/cluster)
 # Other arguments go to pytest.
 #
-# With no tier flag (CI): the fast tier first, alone, on every core; then the integration and fault tiers (as
-# --integration says, the fault tests among them; the session fixture starts what the stack lacks and stops only
-# that), with the cluster tier beside them in a session of its own: its tests mostly wait on cut links and
-# restarts, and it shares nothing with the others (its own namespaces, addresses and state). Its output is printed
-# when all are done, then each tier's time and the load average. The script fails if any tier does.
+# With no tier flag (CI): the fast tier first, alone, on every core; then the integration tier (as --integration
+# says; the session fixture starts what the stack lacks and stops only that), with the cluster tier and then the
+# fault tier beside it, in sessions of their own: the cluster's tests mostly wait on cut links and restarts, and
+# neither shares anything with the integration tier (their own namespaces, or the fault tests' throw-away stack on
+# ports of its own). Their output is printed when all are done, then each tier's time and the load average. The
+# script fails if any tier does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # every trainer the tests start is a tiny model on CPU: one intra-op thread each, or a few of them at once spin on
@@ -66,26 +67,33 @@ fast=0
 fast_s=$((SECONDS - started))
 
 log=$(mktemp -t cluster-tier.XXXXXX.log)
+fault_log=$(mktemp -t fault-tier.XXXXXX.log)
+beside() {  # $1: tier, $2: its log; exit status in "$2.rc"
+  local begun=$SECONDS rc=0
+  .venv/bin/python -m pytest -m "$1" -p no:cacheprovider --basetemp "$(mktemp -d -t "pytest-$1.XXXXXX")" "${@:3}" \
+    >"$2" 2>&1 || rc=$?
+  echo "$1 tier took $(elapsed $((SECONDS - begun)))" >>"$2"
+  echo "$rc" >"$2.rc"
+}
 (
-  begun=$SECONDS
-  rc=0
-  .venv/bin/python -m pytest -m cluster -p no:cacheprovider --basetemp "$(mktemp -d -t pytest-cluster.XXXXXX)" "$@" \
-    >"$log" 2>&1 || rc=$?
-  echo "cluster tier took $(elapsed $((SECONDS - begun)))" >>"$log"
-  exit "$rc"
+  beside cluster "$log" "$@"
+  beside fault "$fault_log" "$@"
 ) &
-cluster_pid=$!
-trap 'kill "$cluster_pid" 2>/dev/null || true' EXIT
+beside_pid=$!
+trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
 rest_started=$SECONDS
 rest=0
-groups_then_serial "integration or fault" "$@" || rest=$?
+groups_then_serial integration "$@" || rest=$?
 rest_s=$((SECONDS - rest_started))
 
-cluster=0
-wait "$cluster_pid" || cluster=$?
-echo "==> the cluster tier (run beside the integration and fault tiers; log $log)"
-cat "$log"
-echo "==> exit status: fast tier $fast, integration and fault tiers $rest, cluster tier $cluster (5: no test selected)"
-echo "==> took: fast tier $(elapsed "$fast_s"), integration and fault tiers $(elapsed "$rest_s"), all tiers" \
+wait "$beside_pid" || true
+cluster=$(cat "$log.rc" 2>/dev/null || echo 1)
+fault=$(cat "$fault_log.rc" 2>/dev/null || echo 1)
+echo "==> the cluster tier, then the fault tier (run beside the integration tier; logs $log, $fault_log)"
+cat "$log" "$fault_log"
+echo "==> exit status: fast tier $fast, integration tier $rest, cluster tier $cluster, fault tier $fault" \
+  "(5: no test selected)"
+echo "==> took: fast tier $(elapsed "$fast_s"), integration tier $(elapsed "$rest_s"), all tiers" \
   "$(elapsed $((SECONDS - started))) (load average now: $(cut -d' ' -f1-3 /proc/loadavg))"
-ok "$fast" && ok "$rest" && ok "$cluster" && ! { [ "$fast" -eq 5 ] && [ "$rest" -eq 5 ] && [ "$cluster" -eq 5 ]; }
+ok "$fast" && ok "$rest" && ok "$cluster" && ok "$fault" &&
+  ! { [ "$fast" -eq 5 ] && [ "$rest" -eq 5 ] && [ "$cluster" -eq 5 ] && [ "$fault" -eq 5 ]; }
