@@ -3,10 +3,10 @@ that very file (storage swapped for sqlite) captures a step's stdout and the obj
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import uuid
 
-import dagster as dg
 import yaml
 
 from pipeline_project_tests.deploy.helpers import DEPLOY
@@ -24,14 +24,20 @@ def test_the_deploy_instance_keeps_step_logs_in_s3(stack, tmp_path, monkeypatch)
     config = yaml.safe_load((DEPLOY / "dagster" / "dagster.yaml").read_text())
     config["storage"] = {"sqlite": {"base_dir": str(tmp_path / "storage")}}
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
-    instance = dg.DagsterInstance.from_config(str(tmp_path))
     run_id = f"test-{uuid.uuid4().hex}"
-    log_key = [run_id, "compute_logs", "step"]
+    # captured in a process of its own, as a run worker captures a step: Dagster mirrors the step's output through
+    # `tail -F` children, which a long test session's process (its signal mask, inherited) can leave unkillable
+    step = (
+        "import sys, dagster as dg\n"
+        f"instance = dg.DagsterInstance.from_config({str(tmp_path)!r})\n"
+        f"with instance.compute_log_manager.capture_logs([{run_id!r}, 'compute_logs', 'step']):\n"
+        "    print('a line of the step', flush=True)\n"
+        "    sys.stdout.flush()\n"
+        "instance.dispose()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", step], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
     try:
-        manager = instance.compute_log_manager
-        with manager.capture_logs(log_key):
-            print("a line of the step", flush=True)
-            sys.stdout.flush()
         prefix = f"{config['compute_logs']['config']['prefix']}/storage/{run_id}/"
         listed = stack.s3_client().list_objects_v2(Bucket=stack.bucket, Prefix=prefix).get("Contents", [])
         keys = [o["Key"] for o in listed]
@@ -45,4 +51,3 @@ def test_the_deploy_instance_keeps_step_logs_in_s3(stack, tmp_path, monkeypatch)
         ):
             if run_id in obj["Key"]:
                 stack.s3_client().delete_object(Bucket=stack.bucket, Key=obj["Key"])
-        instance.dispose()
