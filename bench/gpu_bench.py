@@ -7,8 +7,10 @@ Two steps, on two machines (a GPU machine may have no Java, so no broker):
     # 2. on the GPU machine (copy the recording along; it is git-ignored)
     .venv/bin/python bench/gpu_bench.py run               # -> table on stdout, bench/results/gpu.json
     .venv/bin/python bench/gpu_bench.py run --device cpu --preset tiny --steps 3   # CPU smoke (< 2 min)
+    # the sharded path: FSDP2 across the node's GPUs, bf16 parameters, fp32 gradient reduction
+    .venv/bin/torchrun --standalone --nproc-per-node 8 bench/gpu_bench.py run --parallelism fsdp
 
-`run` measures, in one process:
+`run` measures, in one process (or in each rank of a torchrun job, rank 0 reporting; tokens/s are all ranks'):
   a. GPU tokens/s: the project's `train()` loop on the preset (bf16 autocast on CUDA) fed from batches already in
      device memory, warm-up steps excluded, timed between `torch.cuda.synchronize()` calls;
   b. loader tokens/s on this machine's CPU: the recorded messages replayed through the loader's own
@@ -224,12 +226,15 @@ def cmd_run(args) -> None:
     import torch
 
     from pipeline_project.streaming.load.config import LoaderConfig
+    from pipeline_project.training import distributed
     from pipeline_project.training.presets import ModelPreset, build_config, count_parameters
     from pipeline_project.training.resume import build_training_state
     from pipeline_project.training.trainer import TrainConfig
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device here (use --device cpu for the smoke run)")
+    info = distributed.init_distributed()
+    shard = args.parallelism == "fsdp" and info.enabled
     rec = read_recording(args.recording)
     seq_len = args.seq_len or rec.seq_len
     if seq_len != rec.seq_len:
@@ -237,17 +242,17 @@ def cmd_run(args) -> None:
     batch_size = args.batch_size or (16 if args.device == "cuda" else 1)
     vocab = int(rec.meta["vocab_size"])
     load_start = os.getloadavg()
-    device = torch.device(args.device)
+    device = torch.device(args.device, info.local_rank) if args.device == "cuda" else torch.device("cpu")
     warmup = min(args.warmup, args.steps - 1)
     cfg = TrainConfig(preset=ModelPreset(name=args.preset), batch_size=batch_size,
                       max_steps=args.steps, warmup_steps=10, lr=args.lr, device=args.device, log_every=1,
-                      checkpoint_every=None)  # fmt: skip
+                      checkpoint_every=None, parallelism=args.parallelism)  # fmt: skip
     log(f"recording: {len(rec.records)} messages, {rec.value_bytes() / MIB:.1f} MiB, seq_len {seq_len}")
 
     # a. GPU consumption: batches already on the device (distinct rows of the recording), cycled
     blocks = [b.tensor.to(device) for _, b in zip(range(8), cycle_batches(rec, batch_size), strict=False)]
     in_memory = (blocks[i % len(blocks)] for i in range(args.steps))
-    state = build_training_state(cfg, vocab, device)
+    state = build_training_state(cfg, vocab, device, shard=shard)
     gpu = _train(cfg, in_memory, state, warmup)
     log(f"a. {args.preset} on {device}: {gpu['tokens_per_s']:,.0f} tokens/s")
     del state
@@ -260,7 +265,7 @@ def cmd_run(args) -> None:
     log(f"b. loader decode-and-batch: {decode['tokens_per_s']:,.0f} tokens/s over {decode['passes']} passes")
 
     # d. loader-fed run
-    state = build_training_state(cfg, vocab, device)
+    state = build_training_state(cfg, vocab, device, shard=shard)
     fed_iter = _loader_fed(rec, batch_size, device, LoaderConfig.model_fields["prefetch"].default)
     try:
         fed = _train(cfg, fed_iter, state, warmup)
@@ -276,7 +281,9 @@ def cmd_run(args) -> None:
         "smoke": device.type != "cuda",
         "preset": args.preset,
         "parameters": count_parameters(build_config(args.preset, vocab))["total"],
-        "dtype": "bf16 autocast" if device.type == "cuda" else "fp32",
+        "dtype": _dtype(device, shard),
+        "parallelism": args.parallelism if info.enabled else "one process",
+        "world_size": info.world_size,
         "batch_size": batch_size,
         "seq_len": seq_len,
         "steps": args.steps,
@@ -293,11 +300,20 @@ def cmd_run(args) -> None:
         "machine": platform.platform(),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    distributed.destroy()
+    if not info.is_main:
+        return
     print_table(result)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=float))
     print(f"wrote {out}")
+
+
+def _dtype(device, shard: bool) -> str:
+    if device.type != "cuda":
+        return "fp32"
+    return "bf16 params, fp32 reduce (FSDP2)" if shard else "bf16 autocast"
 
 
 def print_table(r: dict) -> None:
@@ -307,7 +323,7 @@ def print_table(r: dict) -> None:
         + "/".join(f"{x:.1f}" for x in r["load_average_end"])
     )
     print(f"\n{r['preset']} ({r['parameters'] / 1e6:.1f}M params) on {r['device']} ({r['device_name']}), "
-          f"{r['dtype']}, batch {r['batch_size']} x {r['seq_len']}, {r['steps']} steps "
+          f"{r['world_size']} x {r['parallelism']}, {r['dtype']}, batch {r['batch_size']} x {r['seq_len']}, {r['steps']} steps "
           f"({r['warmup_steps_excluded']} warm-up excluded), {r['cpus']} CPUs, load average {la}\n")  # fmt: skip
     print("| measure | tokens/s | notes |")
     print("|---|---|---|")
@@ -338,6 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     rr.add_argument("--batch-size", type=int, default=None, help="default 16 on cuda, 1 on cpu")
     rr.add_argument("--seq-len", type=int, default=None, help="default (and only choice): the recording's")
     rr.add_argument("--lr", type=float, default=3e-4)
+    rr.add_argument("--parallelism", choices=["ddp", "fsdp"], default="ddp", help="under torchrun: DDP or FSDP2")
     rr.add_argument("--replay-seconds", type=float, default=None, help="decode measurement (default 5 s; cpu 2 s)")
     rr.add_argument("--recording", default=str(RECORDING))
     rr.add_argument("--out", default=str(RESULTS / "gpu.json"))

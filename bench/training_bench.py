@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 from pipeline_project.streaming.tokenizer import load_tokenizer
+from pipeline_project.training.devices import resolve_device
 from pipeline_project.training.presets import ModelPreset, build_config, count_parameters
 from pipeline_project.training.resume import build_training_state
-from pipeline_project.training.trainer import StepMetrics, TrainConfig, resolve_device, train
+from pipeline_project.training.trainer import StepMetrics, TrainConfig, train
 
 
 def measure(preset: str, steps: int, batch: int, seq_len: int, vocab: int) -> dict:

@@ -21,6 +21,7 @@ import dagster as dg
 from bench_results import host, load_line, print_table, write
 
 from pipeline_project.defs.assets.backlog import BacklogState
+from pipeline_project.defs.resources.trainer import TrainerResource
 from pipeline_project.defs.resources.trigger import TrainingTrigger
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 
@@ -60,7 +61,9 @@ def checkpoint(instance: dg.DagsterInstance, offset: int) -> None:
 
 def tick(instance: dg.DagsterInstance, cursor: str | None) -> tuple[float, str]:
     t0 = time.perf_counter()
-    with dg.build_sensor_context(instance=instance, cursor=cursor, resources={"trigger": NEVER}) as ctx:
+    with dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"trigger": NEVER, "trainer": TrainerResource()}
+    ) as ctx:
         result = checkpoint_trigger_sensor(ctx)
     return time.perf_counter() - t0, result.cursor
 

@@ -39,6 +39,9 @@ DEFAULT_TRAINING_EXPERIMENT = "deepseek-pretraining"
 DEFAULT_INGEST_EXPERIMENT = "kafka-ingest"
 DEFAULT_MLFLOW_ARTIFACTS_BUCKET = "mlflow-artifacts"
 DEFAULT_MIN_NEW_TOKENS = 200_000
+# The checkpoint lineage a triggered run continues: checkpoints under <checkpoints prefix><lineage>/, and the MLflow
+# registered model of the same name
+DEFAULT_LINEAGE = "deepseek"
 # A triggered training run trains at most this many steps (0: no bound); the next triggered run trains the rest.
 # 200 steps of the tiny preset take minutes on a CPU; a GPU deployment raises it.
 DEFAULT_TRIGGER_MAX_STEPS = 200
@@ -78,6 +81,17 @@ def _off_is_empty(value: str) -> str:
 
 def _env_or_none(name: str) -> str | None:
     return os.environ.get(name) or None
+
+
+def _number_or_none(name: str, kind: type[int] | type[float]) -> int | float | None:
+    """The variable `name` as a number; None when unset. Raises ValueError, naming the variable, otherwise."""
+    raw = _env_or_none(name)
+    if raw is None:
+        return None
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
 
 
 def stack_ports(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -199,6 +213,20 @@ class Settings:
     # JSON of resources.launchers.TrainerLaunch ({"launcher": "k8s", "image": ...}); unset: a local subprocess
     trainer_launch: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_TRAINER_LAUNCH"))
     cleaning_config_path: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_CLEANING_CONFIG"))
+    # What a triggered training run trains (`resources.trainer.trainer_from_settings`, validated when the definitions
+    # load). The model: a preset name, or a TrainConfig as JSON or as the path of a JSON file; unset: TrainConfig's.
+    train_model: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_TRAIN_MODEL"))
+    lineage: str = field(default_factory=lambda: _env("PIPELINE_LINEAGE", DEFAULT_LINEAGE))
+    # Hyper-parameters over the model's TrainConfig; unset: the TrainConfig's own
+    train_lr: float | None = field(default_factory=lambda: _number_or_none("PIPELINE_TRAIN_LR", float))
+    train_min_lr: float | None = field(default_factory=lambda: _number_or_none("PIPELINE_TRAIN_MIN_LR", float))
+    train_warmup_steps: int | None = field(default_factory=lambda: _number_or_none("PIPELINE_TRAIN_WARMUP_STEPS", int))
+    train_decay_steps: int | None = field(default_factory=lambda: _number_or_none("PIPELINE_TRAIN_DECAY_STEPS", int))
+    train_batch_size: int | None = field(default_factory=lambda: _number_or_none("PIPELINE_TRAIN_BATCH_SIZE", int))
+    train_checkpoint_every: int | None = field(
+        default_factory=lambda: _number_or_none("PIPELINE_TRAIN_CHECKPOINT_EVERY", int)
+    )
+    train_parallelism: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_TRAIN_PARALLELISM"))
     # JSON of resources.layout.IntakeConfig (batch size, batches per tick, listing bounds); unset: its defaults
     intake: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_INTAKE"))
     # the fraction of code documents `token_blocks` lays out for fill-in-the-middle (0: off)

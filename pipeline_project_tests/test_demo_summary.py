@@ -1,9 +1,11 @@
-"""The demo's closing summary adds up the materialized batches of every asset."""
+"""The demo's closing summary adds up the materialized batches of every asset, and says what training did to the
+loss over its last steps, not at one step."""
 
 import dagster as dg
 
 from pipeline_project.demo.runner import summarize
 from pipeline_project.settings import Settings
+from pipeline_project.training.loss_summary import summarize_losses
 
 
 def test_summary_totals_come_from_each_assets_latest_materialization():
@@ -38,3 +40,24 @@ def test_summary_totals_come_from_each_assets_latest_materialization():
     assert rows["training steps"] == "5"
     assert rows["FIM documents"] == "2" and rows["decontaminated"] == "4 (humaneval 4)"
     assert rows["kept en_web"] == "10 documents, 320 tokens" and rows["kept code"] == "2 documents, 128 tokens"
+
+
+def _rows(ckpt_meta: dict) -> dict:
+    with dg.instance_for_test() as instance:
+        table = summarize(instance, Settings(), [], ckpt_meta)
+    return dict(zip(table.columns[0]._cells, table.columns[1]._cells))
+
+
+def test_the_summary_gives_the_mean_of_the_last_steps_and_the_change_not_the_last_step():
+    losses = [12.0 - 0.1 * i for i in range(57)] + [6.47, 6.9, 11.997]  # the demo's noisy last step
+    summary = summarize_losses(losses)
+    rows = _rows({"steps": 60, "final_loss": 11.997, **summary.as_metrics()})
+    assert "final loss" not in rows
+    assert rows["training loss"] == f"{summary.smoothed:.4f} (mean of the last 20 steps; last step 11.9970)"
+    assert rows["loss change"].startswith(f"{summary.first:.4f} \u2192 {summary.smoothed:.4f} ({summary.change:+.4f})")
+    assert summary.change < -3
+
+
+def test_a_run_without_a_loss_summary_shows_none():
+    rows = _rows({"steps": 0})
+    assert rows["training loss"] == rows["loss change"] == "-"

@@ -131,16 +131,25 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     for label, value in corpus_rows([_meta(instance, token_blocks, p) for p in partitions]):
         table.add_row(label, value)
     table.add_row("batches", ", ".join(partitions))
-    for label, key in [
-        ("training steps", "steps"),
-        ("final loss", "final_loss"),
-        ("checkpoint", "checkpoint_uri"),
-        ("MLflow run", "mlflow_run_url"),
-    ]:
+    table.add_row("training steps", str(ckpt_meta.get("steps", "-")))
+    for label, value in loss_rows(ckpt_meta):
+        table.add_row(label, value)
+    for label, key in [("checkpoint", "checkpoint_uri"), ("MLflow run", "mlflow_run_url")]:
         table.add_row(label, str(ckpt_meta.get(key, "-")))
     table.add_row("Dagster UI", settings.dagster_url)
     table.add_row("MLflow UI", settings.mlflow_tracking_uri)
     return table
+
+
+def loss_rows(ckpt_meta: dict) -> list[tuple[str, str]]:
+    """The training loss as the mean of the last steps and its change from the first ("-" when the run trained
+    nothing or predates the summary), never one step's value alone."""
+    from pipeline_project.training.loss_summary import describe_change, describe_loss, from_metrics
+
+    summary = from_metrics(ckpt_meta)
+    if summary is None:
+        return [("training loss", "-"), ("loss change", "-")]
+    return [("training loss", describe_loss(summary)), ("loss change", describe_change(summary))]
 
 
 def corpus_rows(token_meta: list[dict]) -> list[tuple[str, str]]:

@@ -66,7 +66,12 @@ class TrainConfig(BaseModel):
     # protects (~10-30 s on a CPU) while bounding the loss to ~1-2 minutes of work; raise it for the larger
     # presets, whose weights + AdamW state take longer to upload (small: ~1.3 GB per checkpoint).
     checkpoint_every: int | None = 100
+    # "cuda" refuses to start without a working GPU (`devices.require_cuda`); "auto" (local runs) falls back to CPU
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # "ddp": every rank holds the whole model and AdamW state (~16 bytes per parameter); "fsdp": PyTorch's FSDP2
+    # shards them across the ranks and checkpoints them with torch.distributed.checkpoint (`training/sharding.py`).
+    # One rank trains unsharded either way. A lineage may switch between the two at any checkpoint.
+    parallelism: Literal["ddp", "fsdp"] = "ddp"
     # Draw blocks by domain at these proportions, e.g. {"proportions": {"en_web": 0.5, "zh_web": 0.3, "code": 0.15,
     # "books": 0.05}, "on_domain_exhausted": "wait"} (streaming/mixture.py). None: every block of the topic, in
     # the loader's interleave order, as without domains. May change between checkpoints (no block is replayed).

@@ -12,7 +12,10 @@ Also runs under `torchrun` (one process per GPU; gloo on CPU). The CLI contract,
 - the invocation itself is `run.run_job` (resume, train, checkpoint, MLflow, dagster-pipes report);
 - rank 0 writes the `TrainJobResult` JSON to `--result` (or the config's `result_path`) and prints it
   as the last stdout line, prefixed by `TRAIN_RESULT `;
-- exit code 0 also when there was nothing new to train on (status "nothing_new"); an error exits non-zero.
+- exit code 0 also when there was nothing new to train on (status "nothing_new"); an error exits non-zero;
+  a job that asks for CUDA (`device: cuda`, or `--require-cuda`, which every launch that requests GPUs passes)
+  where torch cannot use it (`devices.resolve_device`) prints one line saying why to
+  stderr and exits 3.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pipeline_project.training import backlog
 from pipeline_project.training.job import JobConfig, TrainJobResult
 
 RESULT_PREFIX = "TRAIN_RESULT "
+NO_CUDA_EXIT = 3
 
 
 def _publish(result: TrainJobResult, result_path: str | None) -> None:
@@ -55,9 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     source.add_argument("--config-env", metavar="NAME", help="environment variable holding the job config JSON")
     parser.add_argument("--result", help="where to write the result JSON (default: the config's result_path)")
     parser.add_argument("--print-config", action="store_true", help="validate the job, print it as JSON, exit")
+    parser.add_argument(
+        "--require-cuda",
+        action="store_true",
+        help="train on CUDA or refuse to start (every launch that requests GPUs passes it): sets the job's device",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     job = JobConfig.model_validate_json(_job_json(args.config, args.config_env))
+    if args.require_cuda:
+        job = job.model_copy(update={"train": job.train.model_copy(update={"device": "cuda"})})
     if args.print_config:
         print(job.model_dump_json(), flush=True)
         return 0
@@ -65,12 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         job = backlog.resolved(job, job.settings().s3_client())
     # torch only now: a bad or missing job fails in a second, not after the seconds torch takes to import
     from pipeline_project.training import distributed
+    from pipeline_project.training.errors import CudaUnavailableError
     from pipeline_project.training.run import run_job
 
     try:
         result = run_job(job)
         if DistEnv.from_env().rank == 0:
             _publish(result, args.result or job.result_path)
+    except CudaUnavailableError as exc:
+        print(f"trainer: {exc}", file=sys.stderr, flush=True)
+        return NO_CUDA_EXIT
     finally:
         distributed.destroy()
     return 0

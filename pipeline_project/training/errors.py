@@ -45,3 +45,8 @@ class RankFailedError(TrainingError, RuntimeError):
 
 class CheckpointNotFoundError(TrainingError, LookupError):
     """No checkpoint where one was asked for: an unknown lineage, or a step the lineage never saved."""
+
+
+class CudaUnavailableError(TrainingError, RuntimeError):
+    """The job asks for CUDA (`device: cuda`, as every GPU launch does) and torch cannot use this rank's GPU: no
+    driver, a driver older than torch's CUDA build needs, or fewer GPUs than local ranks."""

@@ -35,6 +35,7 @@ from pipeline_project.settings import (
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.config import TrainConfig
+from pipeline_project.training.loss_summary import LossSummary
 
 JOB_CONFIG_VERSION = 2  # 2: the backlog by reference (backlog_uri)
 
@@ -122,10 +123,12 @@ class TrainJobResult(BaseModel):
     start_step: int
     end_step: int
     tokens: int
-    final_loss: float | None
+    final_loss: float | None  # the last step's loss alone: `loss` says what the run did
     offsets_consumed: dict[str, list[int]]  # Kafka partition -> [first, end) offsets of messages trained on
-    start_position: dict[str, dict[str, int]]  # partition -> {"offset", "block"} before this invocation
-    end_position: dict[str, dict[str, int]]  # ... and after it (what the checkpoint's resume state holds)
+    # partition -> {"offset", "block"} before this invocation; with "done" / "partial" [offset, block] pairs when
+    # ranks shared the partition (`positions.positions`)
+    start_position: dict[str, dict[str, Any]]
+    end_position: dict[str, dict[str, Any]]  # ... and after it (what the checkpoint's resume state holds)
     checkpoint_uri: str | None  # s3://.../step-<n>-<id>/ written by this invocation
     hf_uri: str | None
     resumed_from: str | None  # checkpoint this invocation continued from
@@ -146,3 +149,4 @@ class TrainJobResult(BaseModel):
     loss_curve_url: str | None = None  # the loss-curve PNG, served by the MLflow tracking server
     topic: str | None = None  # the topic trained on: `end_position` is a position in it
     backlog_batches: int = 0  # the batches the job named (rank 0 read them from the backlog by reference)
+    loss: LossSummary | None = None  # the mean of the last steps and its change from the first (`loss_summary`)

@@ -3,8 +3,8 @@
 Only rank 0 opens the pipes connection; every other rank reports to its log alone. This module imports
 `dagster_pipes` (the small, dependency-free client), never `dagster`: the trainer runs without Dagster.
 `Reporter.materialize` turns a `TrainJobResult` into the asset materialization's metadata (the run URL as a
-url, offsets and positions as json, the loss curve as markdown with the image MLflow serves, the registered
-model version and its URL, unset optional values left out).
+url, offsets and positions as json, the loss summary as `loss_*` numbers, the loss curve as markdown with the
+image MLflow serves, the registered model version and its URL, unset optional values left out).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pipeline_project.training.job import TrainJobResult
+from pipeline_project.training.loss_summary import describe_change, describe_loss
 
 log = logging.getLogger("pipeline_project.training")
 
@@ -59,6 +60,8 @@ def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
     for key in ("final_loss", "tokens_per_s", "data_wait_fraction"):
         if getattr(result, key) is not None:
             metadata[key] = getattr(result, key)
+    if result.loss is not None:
+        metadata.update(result.loss.as_metrics())
     for key in (
         "topic",
         "checkpoint_uri",
@@ -82,7 +85,9 @@ def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
 
 def loss_curve_markdown(result: TrainJobResult) -> str:
     """The loss-curve image (served by MLflow) with a line of figures under it, as the materialization shows it."""
-    figures = f"steps {result.start_step}\u2192{result.end_step}, final loss {result.final_loss:.4f}"
+    figures = f"steps {result.start_step}\u2192{result.end_step}"
+    if result.loss is not None:
+        figures += f", loss {describe_loss(result.loss)}, {describe_change(result.loss)}"
     return f"![loss curve]({result.loss_curve_url})\n\n{figures} ([image]({result.loss_curve_url}))"
 
 

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from pipeline_project.training.balancing import ExpertBalancer, ExpertLoad
 from pipeline_project.training.config import TRAIN_CONFIG_VERSION, TrainConfig
 from pipeline_project.training.distributed import all_reduce_scalar, is_distributed
+from pipeline_project.training.sharding import is_sharded, scalar
 
 __all__ = [
     "TRAIN_CONFIG_VERSION",
@@ -35,7 +36,6 @@ __all__ = [
     "build_optimizer",
     "inputs_and_labels",
     "lr_at",
-    "resolve_device",
     "seed_everything",
     "train",
 ]
@@ -89,12 +89,6 @@ class TrainResult:
         return self.end_step - self.start_step
 
 
-def resolve_device(cfg: TrainConfig, local_rank: int = 0) -> torch.device:
-    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -142,8 +136,9 @@ def _pad_input_id(model: nn.Module) -> int:
     return eos if isinstance(eos, int) and eos >= 0 else 0
 
 
-def _autocast(device: torch.device):
-    if device.type == "cuda":
+def _autocast(device: torch.device, sharded: bool):
+    """bf16 autocast on CUDA for an unsharded model; a sharded one computes in bf16 by its own policy."""
+    if device.type == "cuda" and not sharded:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
@@ -155,7 +150,7 @@ class _StepOutput:
     lr: float
     loss: torch.Tensor
     labels: torch.Tensor
-    grad_norm: torch.Tensor
+    grad_norm: float
     expert_load: ExpertLoad
 
 
@@ -172,7 +167,8 @@ class _Loop:
     def __post_init__(self) -> None:
         self.is_main = not self.distributed or torch.distributed.get_rank() == 0
         ids = [self.device.index] if self.device.type == "cuda" else None
-        self.net: nn.Module = DistributedDataParallel(self.model, device_ids=ids) if self.distributed else self.model
+        replicate = self.distributed and not is_sharded(self.model)  # a sharded model reduces its own gradients
+        self.net: nn.Module = DistributedDataParallel(self.model, device_ids=ids) if replicate else self.model
         self.balancer = ExpertBalancer(self.model, self.cfg.bias_update_speed)
         self.pad_input_id = _pad_input_id(self.model)
 
@@ -182,10 +178,10 @@ class _Loop:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         input_ids, labels = inputs_and_labels(batch.to(self.device, non_blocking=True), self.pad_input_id)
-        with _autocast(self.device):
+        with _autocast(self.device, is_sharded(self.model)):
             loss = self.net(input_ids=input_ids, labels=labels, use_cache=False).loss
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        grad_norm = scalar(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return _StepOutput(lr, loss, labels, grad_norm, self.balancer.step())
@@ -227,7 +223,7 @@ def _step_metrics(
         step=step,
         loss=loss_value,
         lr=out.lr,
-        grad_norm=float(out.grad_norm),
+        grad_norm=out.grad_norm,
         tokens=step_tokens,
         tokens_seen=tokens_seen,
         tokens_per_s=step_tokens / step_time,

@@ -7,6 +7,7 @@ import dagster as dg
 from pipeline_project.defs.assets.backlog import BacklogState, untrained_backlog
 from pipeline_project.defs.partitions import untrained_share
 from pipeline_project.defs.resources import training_trigger
+from pipeline_project.defs.resources.trainer import trainer_from_settings
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor
 from pipeline_project.settings import Settings
@@ -32,7 +33,9 @@ def _checkpoint(instance, end_position: dict):
 
 def _tick(instance, cursor=None):
     with dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources={"trigger": training_trigger(Settings())}
+        instance=instance,
+        cursor=cursor,
+        resources={"trigger": training_trigger(Settings()), "trainer": trainer_from_settings(Settings())},
     ) as ctx:
         return checkpoint_trigger_sensor(ctx)
 

@@ -8,6 +8,7 @@ import sys
 import dagster as dg
 
 from pipeline_project.defs.partitions import MAX_RUNTIME_TAG, TRAINING_RUN_TAGS, with_max_runtime
+from pipeline_project.defs.resources.trainer import LINEAGE_TAG, MODEL_TAG
 from pipeline_project_tests.dagster_layer.test_training_concurrency import _enough_untrained_tokens, _tick
 
 CODE = """
@@ -41,7 +42,7 @@ def test_the_checkpoint_trigger_requests_training_with_its_max_runtime(monkeypat
     with dg.instance_for_test() as instance:
         _enough_untrained_tokens(instance)
         (request,) = _tick(instance).run_requests
-    assert request.tags == {**TRAINING_RUN_TAGS, MAX_RUNTIME_TAG: "321"}
+    assert request.tags == {**TRAINING_RUN_TAGS, MAX_RUNTIME_TAG: "321", LINEAGE_TAG: "deepseek", MODEL_TAG: "tiny"}
 
 
 def test_zero_leaves_the_bound_to_the_instance():

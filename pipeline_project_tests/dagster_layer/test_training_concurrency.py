@@ -14,6 +14,7 @@ from pipeline_project.definitions import defs
 from pipeline_project.defs.assets.checkpoint import refuse_if_another_run_trains
 from pipeline_project.defs.partitions import INGEST_RUN_TAGS, TRAINING_POOL, TRAINING_RUN_TAGS
 from pipeline_project.defs.resources import training_trigger
+from pipeline_project.defs.resources.trainer import trainer_from_settings
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.settings import Settings
 from pipeline_project.stack.dagster import DAGSTER_YAML
@@ -99,7 +100,10 @@ def _enough_untrained_tokens(instance):
 
 
 def _tick(instance):
-    with dg.build_sensor_context(instance=instance, resources={"trigger": training_trigger(Settings())}) as ctx:
+    with dg.build_sensor_context(
+        instance=instance,
+        resources={"trigger": training_trigger(Settings()), "trainer": trainer_from_settings(Settings())},
+    ) as ctx:
         return checkpoint_trigger_sensor(ctx)
 
 

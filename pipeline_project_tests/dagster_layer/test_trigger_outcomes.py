@@ -15,6 +15,7 @@ from dagster._core.test_utils import create_run_for_test
 import pipeline_project.defs.sensors.checkpoint_trigger as trigger
 from pipeline_project.defs.partitions import TRAINING_RUN_TAGS
 from pipeline_project.defs.resources import training_trigger
+from pipeline_project.defs.resources.trainer import trainer_from_settings
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor, hold_trigger, release_trigger, retry_delay
 from pipeline_project.settings import Settings
 
@@ -41,7 +42,9 @@ def _produced(instance, batch: str, tokens: int, ranges: dict):
 
 def _tick(instance, cursor=None):
     with dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources={"trigger": training_trigger(Settings())}
+        instance=instance,
+        cursor=cursor,
+        resources={"trigger": training_trigger(Settings()), "trainer": trainer_from_settings(Settings())},
     ) as ctx:
         return trigger.checkpoint_trigger_sensor(ctx)
 

@@ -46,7 +46,7 @@ def main() -> None:
 
     result = train(cfg, log, model=model, optimizer=build_optimizer(model, cfg), on_checkpoint=lambda s, _: save(s))
     if result.end_step % cfg.checkpoint_every:
-        save(result.end_step)  # the final checkpoint, as training/run.py's _save_final
+        save(result.end_step)  # the final checkpoint, as training/run/saving.py's save_final
     distributed.destroy()
 
 

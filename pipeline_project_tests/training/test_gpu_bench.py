@@ -91,3 +91,24 @@ def test_wrong_tokenizer_is_a_dead_letter_not_a_silent_batch(replay, recording):
     rec, _, _ = recording
     with pytest.raises(DeadLetterLimitError):
         list(replay.replay_batches(rec, 1, expected_tokenizer_hash="other"))
+
+
+def test_the_sharded_path_runs_under_torchrun_and_reports_its_ranks(recording, tmp_path):  # writes segment.bin
+    """The CPU smoke of `run --parallelism fsdp` on two gloo ranks: the table and JSON a GPU node would write."""
+    import json
+    import os
+    import subprocess
+
+    out = tmp_path / "gpu.json"
+    repo = BENCH.parent
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(BENCH / "gpu_bench.py"), "run", "--device", "cpu", "--preset", "tiny", "--steps", "3",
+           "--warmup", "1", "--batch-size", "2", "--parallelism", "fsdp", "--replay-seconds", "0.2",
+           "--recording", str(tmp_path / "segment.bin"), "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert (result["parallelism"], result["world_size"]) == ("fsdp", 2)
+    assert result["gpu_in_memory"]["tokens_per_s"] > 0 and result["loader_fed"]["measured_steps"] == 2
+    assert proc.stdout.count("| a. training from in-memory batches") == 1  # rank 0 alone reports

@@ -8,12 +8,11 @@ from dagster_aws.s3 import S3Resource
 from pipeline_project.defs.resources.cleaning import CleaningResource
 from pipeline_project.defs.resources.dedup import DedupIndexResource
 from pipeline_project.defs.resources.kafka import KafkaResource
-from pipeline_project.defs.resources.launchers import TrainerLaunch
 from pipeline_project.defs.resources.layout import IntakeConfig, PipelineLayout, TopicConfig
 from pipeline_project.defs.resources.locks import BatchLocks
 from pipeline_project.defs.resources.mlflow import MlflowResource
 from pipeline_project.defs.resources.pushgateway import PushgatewayResource
-from pipeline_project.defs.resources.trainer import TrainerResource
+from pipeline_project.defs.resources.trainer import trainer_from_settings
 from pipeline_project.defs.resources.trigger import TrainingTrigger
 from pipeline_project.settings import (
     AWS_ACCESS_KEY_ENV,
@@ -57,11 +56,7 @@ def build_resources(settings: Settings | None = None) -> dict:
         "cleaning": CleaningResource(config_path=s.cleaning_config_path),
         "dedup": DedupIndexResource(postgres_url=s.postgres_url),
         "locks": BatchLocks(postgres_url=s.postgres_url),
-        "trainer": TrainerResource(
-            experiment_name=s.mlflow_experiment,
-            launch=TrainerLaunch.from_json(s.trainer_launch),
-            metrics_port=s.metrics_port,
-        ),
+        "trainer": trainer_from_settings(s),
         "trigger": training_trigger(s),
         "pushgateway": PushgatewayResource(url=s.pushgateway_url, totals_url=s.postgres_url),
     }

@@ -22,6 +22,10 @@ Neither spin nor stall (`trigger_policy`):
   lives in the cursor and the skip reason says when the next try is;
 - nothing is requested while a training run is in flight, or while someone (the demo) holds the trigger.
 
+What the run trains is the Definitions' `trainer` resource, built from the deployment's settings (the model, the
+lineage, the hyper-parameters: `resources.trainer.trainer_from_settings`); the request's tags name its lineage and
+model, so the runs list shows what each triggered run trains.
+
 A tick costs the batches materialized since the last tick plus the backlog, not every batch ever: the sensor's
 cursor (`TriggerCursor`) holds the newest materialization taken and the batches not yet wholly trained. A tick
 that has every batch to read (the first one, a new lineage, a reset) reads for `TICK_BUDGET_S` and goes on at the
@@ -38,6 +42,7 @@ import dagster as dg
 from pipeline_project.defs.assets.backlog import Backlog, untrained_backlog
 from pipeline_project.defs.assets.checkpoint import IN_FLIGHT, deepseek_checkpoint, training_runs
 from pipeline_project.defs.partitions import TRAINING_RUN_TAGS, with_max_runtime
+from pipeline_project.defs.resources.trainer import TrainerResource
 from pipeline_project.defs.resources.trigger import TrainingTrigger
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor, active_hold, last_training
 
@@ -54,7 +59,9 @@ TICK_BUDGET_S = 20.0  # reading materializations per tick, well under Dagster's 
     "while a training run is queued or running, again after a failure only after a growing backoff, and not again "
     "after a run that trained nothing until new data arrives. Materialize it from the UI to train on demand.",
 )
-def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext, trigger: TrainingTrigger) -> dg.SensorResult:
+def checkpoint_trigger_sensor(
+    context: dg.SensorEvaluationContext, trigger: TrainingTrigger, trainer: TrainerResource
+) -> dg.SensorResult:
     now = time.time()
     state = TriggerCursor.from_cursor(context.cursor)
     hold = active_hold(context.instance, now)
@@ -87,7 +94,7 @@ def checkpoint_trigger_sensor(context: dg.SensorEvaluationContext, trigger: Trai
             dg.RunRequest(
                 run_key=run_key,
                 run_config=_bound(trigger.max_steps),
-                tags=with_max_runtime(TRAINING_RUN_TAGS, trigger.max_runtime_s),
+                tags={**with_max_runtime(TRAINING_RUN_TAGS, trigger.max_runtime_s), **trainer.run_tags()},
             )
         ],
         cursor=state.to_cursor(),

@@ -119,14 +119,20 @@ def restore_rng(rng: dict[str, Any]) -> None:
 
 
 def save_checkpoint(
-    directory: str | Path, *, model: nn.Module, tokenizer: SavesTokenizer | None, resume: ResumeState
+    directory: str | Path,
+    *,
+    model: nn.Module,
+    tokenizer: SavesTokenizer | None,
+    resume: ResumeState,
+    weights: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """Write `hf/` and `resume/` under `directory` (pass the unwrapped model, not the DDP wrapper)."""
+    """Write `hf/` and `resume/` under `directory` (pass the unwrapped model, not the DDP wrapper). `weights`: the
+    whole model's state when `model` is sharded (`sharding.full_model_state`), so `hf/` holds every weight."""
     directory = Path(directory)
     hf_dir, resume_dir = directory / HF_DIR, directory / RESUME_DIR
     hf_dir.mkdir(parents=True, exist_ok=True)
     resume_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(hf_dir)  # safetensors is the only format transformers 5 writes
+    model.save_pretrained(hf_dir, state_dict=weights)  # safetensors is the only format transformers 5 writes
     if not (hf_dir / "model.safetensors").exists() and not (hf_dir / "model.safetensors.index.json").exists():
         raise CheckpointWriteError(f"save_pretrained wrote no safetensors into {hf_dir}")
     if tokenizer is not None:
@@ -199,26 +205,50 @@ def _delete_quietly(s3, bucket: str, keys: list[str]) -> None:
         log.warning("could not remove unreferenced checkpoint objects: %s", exc)
 
 
+def new_step_prefix(prefix: str, step: int) -> str:
+    """A fresh `<prefix>/step-<n>-<id>` for one upload: two invocations never write into the same folder."""
+    return f"{prefix.strip('/')}/step-{step}-{uuid.uuid4().hex[:8]}"
+
+
+def upload_files(s3, bucket: str, step_prefix: str, directory: str | Path, files: list[Path]) -> list[str]:
+    """`files` (under `directory`) to `step_prefix`, at their paths below `directory`; returns their keys."""
+    directory = Path(directory)
+    keys = []
+    for path in files:
+        keys.append(f"{step_prefix}/{path.relative_to(directory).as_posix()}")
+        s3.upload_file(str(path), bucket, keys[-1])
+    return keys
+
+
 def upload_checkpoint(
-    s3, bucket: str, prefix: str, step: int, directory: str | Path, *, expected: LatestPointer
+    s3,
+    bucket: str,
+    prefix: str,
+    step: int,
+    directory: str | Path,
+    *,
+    expected: LatestPointer,
+    step_prefix: str | None = None,
+    uploaded: tuple[str, ...] = (),
 ) -> LatestPointer:
     """Upload a local checkpoint to a fresh `s3://bucket/<prefix>/step-<n>-<id>/`, then move `latest.json`
     to it, conditionally on `latest.json` still being `expected` (what this invocation read or last wrote).
+
+    A sharded checkpoint's other ranks uploaded their own files first: then `step_prefix` is the folder they
+    wrote to, `uploaded` their keys, and `directory` holds none of their files.
 
     Returns the new pointer (pass it as `expected` to the next upload), also when the write raised but
     `latest.json` reads back as this upload (a lost answer). Raises `CheckpointConflictError` when another
     invocation moved `latest.json` since `expected`; the uploaded folder is then removed.
     """
-    directory = Path(directory)
     prefix = prefix.strip("/")
-    step_prefix = f"{prefix}/step-{step}-{uuid.uuid4().hex[:8]}"
+    step_prefix = step_prefix or new_step_prefix(prefix, step)
     latest_key = f"{prefix}/{LATEST_FILE}"
     if read_latest(s3, bucket, prefix).etag != expected.etag:  # fail fast, before uploading the weights
+        _delete_quietly(s3, bucket, list(uploaded))
         raise _conflict(bucket, prefix, expected, step_prefix)
-    keys = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        keys.append(f"{step_prefix}/{path.relative_to(directory).as_posix()}")
-        s3.upload_file(str(path), bucket, keys[-1])
+    files = sorted(p for p in Path(directory).rglob("*") if p.is_file())
+    keys = [*uploaded, *upload_files(s3, bucket, step_prefix, directory, files)]
     ref = make_ref(bucket, step_prefix, step, datetime.now(timezone.utc).isoformat())
     condition = {"IfMatch": expected.etag} if expected.etag else {"IfNoneMatch": "*"}
     try:

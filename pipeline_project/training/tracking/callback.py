@@ -3,9 +3,10 @@
 - At the first step it opens the MLflow run (`start_job_run`); each step's metrics go to MLflow's async queue
   (rank 0 never waits on the server) with the per-expert loads split off into one table artifact.
 - Each checkpoint that `latest.json` moved to is registered (`register_checkpoint`) as a model version whose
-  tags carry its lineage: Dagster run, data partitions, the Kafka offsets read up to it, config hash.
-- At the end (`log_final`): the last metrics, the expert-load table, the run's inputs (Kafka offsets and the
-  cleaned-shard manifests, `mlflow_lineage.log_training_inputs`) and the loss-curve PNG.
+  tags carry its lineage: Dagster run, data partitions, the Kafka offsets read up to it, config hash, and the loss
+  summary up to it (`loss_summary`).
+- At the end (`log_final`): the last metrics with the loss summary, the expert-load table, the run's inputs
+  (Kafka offsets and the cleaned-shard manifests, `mlflow_lineage.log_training_inputs`) and the loss-curve PNG.
 
 MLflow is best effort (run.py's contract, point 3): every call goes through `Progress.mlflow`, and the first
 failure turns MLflow off for the rest of the invocation (a warning and `mlflow_error`), never training.
@@ -21,6 +22,7 @@ from pipeline_project.common.metrics import prometheus as prom
 from pipeline_project.common.progress import RateEta
 from pipeline_project.common.run_tags import config_hash
 from pipeline_project.training.checkpoint.store import CheckpointRef
+from pipeline_project.training.loss_summary import summarize_losses
 from pipeline_project.training.positions import offsets_consumed, positions
 from pipeline_project.training.resume import TrainingState
 from pipeline_project.training.tracking import lineage
@@ -114,6 +116,7 @@ class Progress:
             checkpoint_uri=ref.uri,
             topic=job.topic.name,
             tokenizer_hash=self.inv.tokenizer.hash,
+            **self.loss_tags(ref.step),
         )
         run = self.mlflow_run
         version = self.mlflow(
@@ -130,10 +133,29 @@ class Progress:
             self.model_version = version
             self.inv.report.info(f"registered {name} version {version} ({lineage.CHECKPOINT_ALIAS}) <- {ref.hf_uri}")
 
+    def loss_upto(self, step: int) -> dict[str, Any] | None:
+        """The loss summary of this invocation's logged steps up to `step` (rank 0; every `train.log_every`-th
+        step), in plain values for a checkpoint's meta; None on the other ranks and before the first step."""
+        summary = summarize_losses([m.loss for m in self.metrics if m.step <= step])
+        return summary.model_dump() if summary else None
+
+    def loss_tags(self, step: int) -> dict[str, str]:
+        """The same summary as tags of the checkpoint's model version in MLflow's registry."""
+        summary = summarize_losses([m.loss for m in self.metrics if m.step <= step])
+        if summary is None:
+            return {}
+        return {
+            "loss_smoothed": f"{summary.smoothed:.4f}",
+            "loss_change": f"{summary.change:+.4f}",
+            "loss_window": str(summary.window),
+        }
+
     def log_final(self, metrics: dict[str, float], step: int, end_states: list[Any]) -> None:
         if self.mlflow_run is None or not self.inv.dist.is_main:
             return
         run = self.mlflow_run
+        summary = summarize_losses([m.loss for m in self.metrics])
+        metrics = {**metrics, **(summary.as_metrics() if summary else {})}
         self.mlflow("log final metrics", run.log_metrics, metrics, step=step)
         if self.expert_load:
             self.mlflow("log expert load", run.log_table, self.expert_load, EXPERT_LOAD_TABLE)
