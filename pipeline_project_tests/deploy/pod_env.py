@@ -97,19 +97,11 @@ def helm_user_code_env() -> set[str]:
 
 
 def helm_run_pod_env() -> set[str]:
-    """A run pod of K8sRunLauncher: the user deployment's env when includeConfigInLaunchedRuns is on, plus the
-    launcher's own envConfigMaps / envSecrets / envVars."""
-    values = _helm_values()
-    (deployment,) = values["dagster-user-deployments"]["deployments"]
-    launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
-    names = helm_user_code_env() if deployment["includeConfigInLaunchedRuns"]["enabled"] else set()
-    container = {
-        "envFrom": [{"configMapRef": {"name": c}} for c in launcher.get("envConfigMaps", [])]
-        + [{"secretRef": {"name": s}} for s in launcher.get("envSecrets", [])]
-    }
-    names |= container_env(container)
-    names |= {v.split("=", 1)[0] for v in launcher.get("envVars", [])}
-    return names
+    """A run pod of K8sRunLauncher, as the chart and dagster-k8s build it (helm_render.py)."""
+    from pipeline_project_tests.deploy import helm_render
+
+    (container,) = helm_render.run_pod_spec()["containers"]
+    return container_env(container)
 
 
 def compose_env(service: str) -> set[str]:

@@ -79,7 +79,23 @@ def test_the_gpu_override_runs_the_cuda_image_with_a_gpu_reservation():
     assert gpu["build"]["dockerfile"] == "deploy/images/trainer.Dockerfile"
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
-    assert "nvidia/cuda:" in (IMAGES / "trainer.Dockerfile").read_text()
+
+
+def _lock_cuda() -> str:
+    """major.minor of the CUDA runtime the lock's torch wheels load (nvidia-cuda-runtime)."""
+    lock = (REPO / "requirements.lock").read_text()
+    return re.search(r"^nvidia-cuda-runtime(?:-cu\d+)?==(\d+\.\d+)\.", lock, flags=re.M).group(1)
+
+
+def test_the_trainer_image_requires_the_cuda_of_the_locked_torch_and_carries_none_of_its_own():
+    text = (IMAGES / "trainer.Dockerfile").read_text()
+    required = re.search(r'NVIDIA_REQUIRE_CUDA="cuda>=(\d+\.\d+)"', text).group(1)
+    assert required == _lock_cuda() == "13.2"  # CUDA 13.2: an R580 or newer driver (deploy/README.md)
+    assert "compute" in re.search(r"NVIDIA_DRIVER_CAPABILITIES=(\S+)", text).group(1).split(",")
+    base = re.search(r"^ARG BASE_IMAGE=(\S+)$", text, flags=re.M).group(1)
+    assert "cuda" not in base and "FROM ${BASE_IMAGE}" in text  # the lock's nvidia-* wheels are the CUDA libraries
+    readme = (DEPLOY / "README.md").read_text()
+    assert f"CUDA {required}" in readme and "R580" in readme
 
 
 def test_every_compose_variable_is_in_the_env_example():

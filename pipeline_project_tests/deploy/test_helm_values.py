@@ -8,8 +8,8 @@ be fetched either. What is checked instead:
   fails. Not checked: value types and enums of that schema, and keys of the chart newer than the transcription;
 - the instance the chart renders from runMonitoring, runRetries and computeLogManager (the templates' key maps,
   test_instance_config.py) against Dagster's own instance schema, so a key the templates drop fails there;
-- the Kubernetes pieces inside the values (env, volumes, mounts, resources, the run pod's spec) are checked
-  against Kubernetes' own schemas, inside a Pod;
+- the Kubernetes pieces inside the values (env, volumes, mounts, resources, security contexts, the run pod's spec)
+  are checked against Kubernetes' own schemas, inside a Pod;
 - the instance policy equals deploy/dagster/dagster.yaml (run queue, limits, pools, retries, monitoring);
 - the user deployment serves the module that pyproject.toml and workspace.yaml name.
 """
@@ -31,10 +31,15 @@ K8S_MOUNTS = "k8s:volumeMounts"
 K8S_RESOURCES = "k8s:resources"
 K8S_POD_SPEC = "k8s:podSpec"
 K8S_CONTAINER = "k8s:container"
+K8S_POD_SECURITY = "k8s:podSecurityContext"
+K8S_SECURITY = "k8s:securityContext"
+_IMAGE = {"repository": ANY, "tag": ANY, "pullPolicy": ANY}
+_SERVICE_ACCOUNT = {"create": ANY, "name": ANY, "annotations": ANY}
+_POD_SECURITY = {"podSecurityContext": K8S_POD_SECURITY, "securityContext": K8S_SECURITY}
 
 _USER_DEPLOYMENT = {
     "name": ANY,
-    "image": {"repository": ANY, "tag": ANY, "pullPolicy": ANY},
+    "image": _IMAGE,
     "port": ANY,
     "dagsterApiGrpcArgs": ANY,
     "codeServerArgs": ANY,
@@ -46,8 +51,7 @@ _USER_DEPLOYMENT = {
     "nodeSelector": ANY,
     "affinity": ANY,
     "tolerations": ANY,
-    "podSecurityContext": ANY,
-    "securityContext": ANY,
+    **_POD_SECURITY,
     "resources": K8S_RESOURCES,
     "livenessProbe": ANY,
     "readinessProbe": ANY,
@@ -65,6 +69,7 @@ CHART_KEYS: dict[str, Any] = {
         "serviceAccountName": ANY,
         "celeryConfigSecretName": ANY,
     },
+    "serviceAccount": _SERVICE_ACCOUNT,
     "telemetry": {"enabled": ANY},
     "postgresql": {
         "enabled": ANY,
@@ -82,6 +87,7 @@ CHART_KEYS: dict[str, Any] = {
         "enabled": ANY,
         "enableSubchart": ANY,
         "imagePullSecrets": ANY,
+        "serviceAccount": _SERVICE_ACCOUNT,
         "deployments": [_USER_DEPLOYMENT],
     },
     "runLauncher": {
@@ -114,6 +120,8 @@ CHART_KEYS: dict[str, Any] = {
         },
     },
     "dagsterDaemon": {
+        "image": _IMAGE,
+        **_POD_SECURITY,
         "runCoordinator": {
             "enabled": ANY,
             "type": ANY,
@@ -133,7 +141,7 @@ CHART_KEYS: dict[str, Any] = {
         "runRetries": dict.fromkeys(CHART_RUN_RETRIES, ANY),
         "envSecrets": [{"name": ANY, "optional": ANY}],
     },
-    "dagsterWebserver": {"envSecrets": [{"name": ANY, "optional": ANY}]},
+    "dagsterWebserver": {"image": _IMAGE, **_POD_SECURITY, "envSecrets": [{"name": ANY, "optional": ANY}]},
     "computeLogManager": {
         "type": ANY,
         # the S3 keys are checked against what _compute-log-manager.tpl reads in test_instance_config.py
@@ -189,6 +197,10 @@ def test_the_kubernetes_pieces_of_the_values_are_valid_kubernetes():
             container.update(value)
         elif kind == K8S_POD_SPEC:
             pod_spec.update(value)
+        elif kind == K8S_POD_SECURITY:
+            pod_spec["securityContext"] = value
+        elif kind == K8S_SECURITY:
+            container["securityContext"] = value
         else:
             raise AssertionError(f"{path}: unhandled {kind}")
     validate_k8s({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "values"}, "spec": pod_spec})
@@ -240,7 +252,9 @@ def test_the_user_deployment_serves_the_project_module_and_runs_on_k8s():
     module = re.search(r'module_name = "([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
     assert deployment["codeServerArgs"] == ["-m", module]
     assert module in (REPO / "workspace.yaml").read_text()
-    assert deployment["includeConfigInLaunchedRuns"]["enabled"] is True
+    # off: the code server's container context would override the run pods' resources and service account
+    # (test_helm_run_pods.py); the runs get their settings from runK8sConfig
+    assert deployment["includeConfigInLaunchedRuns"]["enabled"] is False
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     assert values["postgresql"]["enabled"] is False and values["generatePostgresqlPasswordSecret"] is False
     assert values["postgresql"]["postgresqlHost"].split(".")[0] == "postgres"  # deploy/k8s/base/postgres.yaml's Service

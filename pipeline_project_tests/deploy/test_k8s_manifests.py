@@ -15,6 +15,7 @@ from pipeline_project.defs.resources.launchers import TrainerLaunch
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.ledger.records import ledger_topic
+from pipeline_project.streaming.load.config import dead_letter_topic_for
 from pipeline_project_tests.deploy.helpers import (
     K8S,
     STRIMZI_KINDS,
@@ -26,6 +27,7 @@ from pipeline_project_tests.deploy.helpers import (
 BASE = k8s_manifests("base")
 KAFKA = k8s_manifests("kafka")
 TIERED = k8s_manifests("kafka/tiered")
+SHARED = k8s_manifests("kafka/shared")
 
 
 def _ids(items):
@@ -37,7 +39,7 @@ def test_plain_manifests_fit_the_kubernetes_schemas(path, doc):
     validate_k8s(doc)
 
 
-@pytest.mark.parametrize(("path", "doc"), KAFKA + TIERED, ids=_ids(KAFKA + TIERED))
+@pytest.mark.parametrize(("path", "doc"), KAFKA + TIERED + SHARED, ids=_ids(KAFKA + TIERED + SHARED))
 def test_strimzi_resources_fit_strimzis_crd_schemas(path, doc):
     assert doc["kind"] in STRIMZI_KINDS
     validate_strimzi(doc)
@@ -135,6 +137,10 @@ def test_the_kafka_login_is_what_the_settings_and_the_acls_expect():
     for name in (topic, ledger_topic(topic)):
         # ensure_topic: CreateTopics (authorized before "already exists"), DescribeConfigs; producer, loader
         assert {"Create", "Describe", "DescribeConfigs", "Read", "Write"} <= acls[("topic", name, "literal")]
+    # the loader's dead letters: ensure_topic on the first one, then produce
+    assert {"Create", "Describe", "DescribeConfigs", "Write"} <= acls[
+        ("topic", dead_letter_topic_for(topic), "literal")
+    ]
     client_id = KafkaSettings.model_fields["client_id"].default
     # transactional ids are f"{client_id}.{topic}.{batch}" (streaming.producer.transactional_id_for)
     assert {"Describe", "Write"} <= acls[("transactionalId", f"{client_id}.", "prefix")]
@@ -173,11 +179,44 @@ def test_the_tiered_cluster_is_the_base_one_with_the_token_topic_tiered():
     extra = tiered_kafka["kafka"]
     assert extra["tieredStorage"]["type"] == "custom"
     assert {k: v for k, v in extra["config"].items() if not k.startswith("rlmm.")} == kafka["kafka"]["config"]
-    assert {k: v for k, v in extra.items() if k not in ("tieredStorage", "config", "image")} == {
+    # the tiered image is built for one Kafka version, which it names; the base cluster leaves it to the operator
+    assert "version" not in kafka["kafka"] and extra["image"].endswith(f":{extra['version']}")
+    assert {k: v for k, v in extra.items() if k not in ("tieredStorage", "config", "image", "version")} == {
         k: v for k, v in kafka["kafka"].items() if k != "config"
+    }
+    assert {k: v for k, v in tiered_kafka.items() if k != "kafka"} == {k: v for k, v in kafka.items() if k != "kafka"}
+    nodes, tiered_nodes = base[("KafkaNodePool", "combined")]["spec"], tiered[("KafkaNodePool", "combined")]["spec"]
+    assert {k: v for k, v in tiered_nodes.items() if k != "storage"} == {
+        k: v for k, v in nodes.items() if k != "storage"
     }
     topic = tiered[("KafkaTopic", "token-blocks")]["spec"]
     assert topic["config"]["remote.storage.enable"] is True and topic["config"]["retention.ms"] == -1
     base_topic = base[("KafkaTopic", "token-blocks")]["spec"]
     assert {k: v for k, v in topic.items() if k != "config"} == {k: v for k, v in base_topic.items() if k != "config"}
     assert tiered[("KafkaTopic", "token-blocks.ledger")] == base[("KafkaTopic", "token-blocks.ledger")]
+
+
+def _placed(doc: dict, namespace: str, cluster: str) -> dict:
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["namespace"] = namespace
+    doc["metadata"]["labels"]["strimzi.io/cluster"] = cluster
+    return doc
+
+
+def test_the_shared_cluster_path_is_the_pipelines_topics_and_login_on_another_cluster():
+    """deploy/k8s/kafka/shared/: the same KafkaTopics and KafkaUser for a Kafka the team already runs."""
+    ((_, first), *_rest) = SHARED
+    namespace, cluster = first["metadata"]["namespace"], first["metadata"]["labels"]["strimzi.io/cluster"]
+    own = [doc for _, doc in KAFKA if doc["kind"] in ("KafkaTopic", "KafkaUser")]
+    assert [doc for _, doc in SHARED] == [_placed(doc, namespace, cluster) for doc in own]
+    assert not any(doc["kind"] in ("Kafka", "KafkaNodePool") for _, doc in SHARED)
+
+
+def test_the_steps_use_the_clusters_strimzi_and_state_its_range():
+    """No second operator: the steps install none, and say which Strimzi serves the resources (v1: 0.49.0 on)."""
+    readme = (K8S.parent / "README.md").read_text()
+    assert "strimzi-kafka-operator" not in readme and "helm install strimzi" not in readme
+    assert "Strimzi operator, 0.49.0 or newer" in readme
+    assert {doc["apiVersion"] for _, doc in KAFKA + TIERED + SHARED} == {"kafka.strimzi.io/v1"}
+    (cluster,) = [doc for _, doc in KAFKA if doc["kind"] == "Kafka"]
+    assert "version" not in cluster["spec"]["kafka"]  # the operator's default Kafka

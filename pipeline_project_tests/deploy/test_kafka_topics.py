@@ -2,7 +2,8 @@
 
 The expected layouts come from the project's own code, not from copies: `PipelineLayout`'s defaults (its
 `topic_config()` included) go through the real `ensure_topic` (the token topic, as the `token_blocks` asset
-calls it) and the real `ensure_ledger_topic` (its ledger), and the test records the NewTopic they would create.
+calls it), the real `ensure_ledger_topic` (its ledger) and the loader's real `DeadLetterSink` (its dead-letter
+topic, `<topic>.dlq`), and the test records the NewTopic they would create.
 So a change to the partitions, the replication, min.insync.replicas, retention or compaction in the code fails
 this test until the YAML follows.
 """
@@ -18,6 +19,8 @@ from confluent_kafka import KafkaError, KafkaException
 from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.streaming.kafka import topics
 from pipeline_project.streaming.ledger import records as ledger
+from pipeline_project.streaming.load.config import dead_letter_topic_for
+from pipeline_project.streaming.load.dead_letters import DeadLetterSink
 from pipeline_project_tests.deploy.helpers import K8S, yaml_docs
 
 
@@ -72,12 +75,17 @@ def _demanded(monkeypatch) -> dict[str, dict]:
     with pytest.raises(_Created) as created:
         ledger.ensure_ledger_topic(admin, layout.topic.name)
     demanded[ledger.ledger_topic(layout.topic.name)] = created.value.layout
+    dlq = dead_letter_topic_for(layout.topic.name)
+    kafka = SimpleNamespace(make_admin=lambda: admin)
+    with pytest.raises(_Created) as created:
+        DeadLetterSink(kafka, dlq, source_topic=layout.topic.name)._open()  # what its first dead letter does
+    demanded[dlq] = created.value.layout
     return demanded
 
 
-def _declared() -> dict[str, dict]:
+def _declared(path=K8S / "kafka" / "topics.yaml") -> dict[str, dict]:
     declared = {}
-    for doc in yaml_docs(K8S / "kafka" / "topics.yaml"):
+    for doc in yaml_docs(path):
         assert doc["kind"] == "KafkaTopic"
         spec = doc["spec"]
         name = spec.get("topicName", doc["metadata"]["name"])
@@ -88,8 +96,23 @@ def _declared() -> dict[str, dict]:
 
 def test_kafka_topics_equal_what_ensure_topic_demands(monkeypatch):
     demanded = _demanded(monkeypatch)
-    assert set(demanded) == {"token-blocks", "token-blocks.ledger"}  # the default topic names, both declared
+    # the default topic names, all declared
+    assert set(demanded) == {"token-blocks", "token-blocks.ledger", "token-blocks.dlq"}
     assert _declared() == demanded
+
+
+def test_the_tiered_cluster_declares_the_same_topics(monkeypatch):
+    demanded = _demanded(monkeypatch)
+    tiered = _declared(K8S / "kafka" / "tiered" / "topics.yaml")
+    assert set(tiered) == set(demanded)
+    assert {k: v for k, v in tiered.items() if k != "token-blocks"} == {
+        k: v for k, v in demanded.items() if k != "token-blocks"
+    }
+
+
+def test_the_dead_letter_topic_keeps_each_letter_once(monkeypatch):
+    dlq = _demanded(monkeypatch)["token-blocks.dlq"]
+    assert dlq["partitions"] == 1 and dlq["config"]["cleanup.policy"] == "compact"
 
 
 def test_the_ledger_is_compacted_and_the_token_topic_keeps_its_blocks(monkeypatch):

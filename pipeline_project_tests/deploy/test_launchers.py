@@ -23,6 +23,7 @@ from pipeline_project.defs.resources.launchers import (
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.job import JobConfig
+from pipeline_project_tests.deploy import pod_env
 from pipeline_project_tests.deploy.helpers import K8S, REPO, validate_k8s, yaml_docs
 
 SECRET = "s3cret-value-never-in-a-spec"
@@ -75,7 +76,7 @@ def test_the_rendered_pod_is_a_valid_pod(launch, job):
 def test_gpu_limits_tolerations_and_shm(launch, job):
     pod = render_k8s_pod(launch, job)
     resources = _container(pod)["resources"]
-    assert resources["limits"] == {"nvidia.com/gpu": "4", "memory": "400Gi"}
+    assert resources["limits"] == {"nvidia.com/gpu": "4", "cpu": "32", "memory": "400Gi"}
     assert resources["requests"] == {"cpu": "32", "memory": "400Gi"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
@@ -89,7 +90,13 @@ def test_torchrun_starts_one_process_per_gpu_of_the_pod(launch, job):
     command = _container(render_k8s_pod(launch, job))["command"]
     assert command[0] == "torchrun"
     assert "--nproc-per-node=4" in command and "--standalone" in command
-    assert command[-4:] == ["-m", "pipeline_project.training.entrypoint", "--config-env", JOB_CONFIG_ENV]
+    assert command[-5:] == [
+        "-m",
+        "pipeline_project.training.entrypoint",
+        "--config-env",
+        JOB_CONFIG_ENV,
+        "--require-cuda",
+    ]
     cpu_pod = render_k8s_pod(launch.model_copy(update={"gpus_per_pod": 0}), job)
     assert "--nproc-per-node=1" in _container(cpu_pod)["command"]
     assert "nvidia.com/gpu" not in _container(cpu_pod)["resources"].get("limits", {})
@@ -233,22 +240,17 @@ def _committed_jobset() -> dict:
 
 
 def test_the_committed_multinode_recipe_is_what_the_code_renders():
-    launch = TrainerLaunch(
-        launcher="k8s",
-        image="registry.example.com/pipeline/trainer:0.1.0",
-        gpus_per_pod=8,
-        service_account="pipeline-trainer",
-        secret_volumes={"pipeline-kafka-cluster-ca-cert": "/etc/kafka-ca"},
-        env_config_maps=["pipeline-settings"],
-        metrics_port=9400,
-    )
+    """From the cluster's own TrainerLaunch: each node's pod is the pod Dagster launches (test_trainer_pods.py)."""
+    settings = K8S / "base" / "settings.yaml"
+    launch = launchers.launch_from_configmap(settings)
+    assert launch == TrainerLaunch.from_json(pod_env.settings_data()["PIPELINE_TRAINER_LAUNCH"])
     rendered = jobset_manifest(
         launch, name="deepseek-multinode", nodes=2, job_configmap="deepseek-job", namespace="pipeline"
     )
     assert _committed_jobset() == rendered
     out = subprocess.run(
-        [sys.executable, "-m", "pipeline_project.defs.resources.launchers", "jobset", "--nodes", "2", "--gpus-per-node", "8",
-         "--image", launch.image, "--kafka-ca-secret", "pipeline-kafka-cluster-ca-cert"],
+        [sys.executable, "-m", "pipeline_project.defs.resources.launchers", "jobset", "--nodes", "2",
+         "--launch-from", str(settings)],
         capture_output=True, text=True, check=True, cwd=REPO,
     )  # fmt: skip
     assert yaml.safe_load(out.stdout) == rendered

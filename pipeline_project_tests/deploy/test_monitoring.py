@@ -184,3 +184,61 @@ def test_the_trainer_image_has_pynvml_for_gpu_system_metrics():
     assert re.search(r'^trainer = \[[^\]]*"nvidia-ml-py', pyproject, flags=re.M)
     dockerfile = (IMAGES / "trainer.Dockerfile").read_text()
     assert "ARG EXTRAS=trainer" in dockerfile and '"./[${EXTRAS}]"' in dockerfile
+
+
+FLOOR_SERIES = "pipeline:train_tokens_per_second_per_gpu:floor"
+THROUGHPUT_ALERT = "PipelineTrainerBelowThroughputFloor"
+
+
+def _throughput_case(name: str, tokens_per_s: int, floor: int | None, fires: bool) -> dict:
+    """4 ranks, rank 0 reporting the run's tokens/s, for 30 minutes."""
+    series = [{"series": f'pipeline_loader_data_wait_fraction{{rank="{r}"}}', "values": "0.01x30"} for r in range(4)]
+    series.append({"series": 'pipeline_train_tokens_per_second{rank="0"}', "values": f"{tokens_per_s}x30"})
+    if floor is not None:
+        series.append({"series": FLOOR_SERIES, "values": f"{floor}x30"})
+    per_gpu = tokens_per_s // 4
+    expected = [
+        {
+            "exp_labels": {"severity": "critical"},
+            "exp_annotations": {
+                "summary": f"training runs at {per_gpu} tokens/s per GPU, below the deployment's floor",
+                "description": "Check the trainer's first log lines (CUDA found?), the GPUs' clocks and the data-wait "
+                "fraction.",
+            },
+        }
+    ]
+    checks = [{"eval_time": "10m", "alertname": THROUGHPUT_ALERT, "exp_alerts": []}]
+    checks.append({"eval_time": "20m", "alertname": THROUGHPUT_ALERT, "exp_alerts": expected if fires else []})
+    return {"name": name, "interval": "1m", "input_series": series, "alert_rule_test": checks}
+
+
+def test_the_throughput_alert_fires_under_the_floor_the_deployment_sets(tmp_path):
+    """`promtool test rules` over alerts.yml with the cluster's floor rule: slow ranks fire after 15 minutes, fast
+    ones do not, and without a floor (the local stack, compose) nothing fires."""
+    floor_rule = _one("PrometheusRule", "pipeline-throughput-floor")
+    (group,) = floor_rule["spec"]["groups"]
+    (record,) = group["rules"]
+    assert record["record"] == FLOOR_SERIES and re.fullmatch(r"vector\(\d+(\.\d+)?\)", record["expr"])
+    assert floor_rule["metadata"]["labels"] == _one("PrometheusRule", "pipeline-alerts")["metadata"]["labels"]
+    alerts = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    (rule,) = [r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == THROUGHPUT_ALERT]
+    assert FLOOR_SERIES in rule["expr"] and "pipeline_train_tokens_per_second" in rule["expr"]
+
+    shutil.copy(DEPLOY / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
+    (tmp_path / "floor.yml").write_text(yaml.safe_dump({"groups": floor_rule["spec"]["groups"]}))
+    # the floor comes in as an input series: what the cluster's recording rule (floor.yml, checked below) records
+    cases = [
+        _throughput_case("CPU-slow ranks under the floor", tokens_per_s=2000, floor=1000, fires=True),
+        _throughput_case("GPU ranks above the floor", tokens_per_s=8000, floor=1000, fires=False),
+        _throughput_case("no floor set", tokens_per_s=2000, floor=None, fires=False),
+    ]
+    tests = {"rule_files": ["alerts.yml"], "evaluation_interval": "1m", "tests": cases}
+    (tmp_path / "throughput_test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing (Debian package prometheus, installed by scripts/setup.sh)"
+    done = subprocess.run(
+        [promtool, "test", "rules", str(tmp_path / "throughput_test.yml")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    check = subprocess.run([promtool, "check", "rules", str(tmp_path / "floor.yml")], capture_output=True, text=True)
+    assert check.returncode == 0 and "SUCCESS: 1 rules found" in check.stdout, check.stdout + check.stderr

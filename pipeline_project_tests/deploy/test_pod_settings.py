@@ -20,8 +20,9 @@ ABSENT = {
     "WORLD_SIZE": "set by torchrun in each trainer process, never by a deployment",
     "RANK": "set by torchrun",
     "LOCAL_RANK": "set by torchrun",
-    "PIPELINE_CLEANING_CONFIG": "optional file of cleaning overrides; the defaults are the cleaning policy",
-    "PIPELINE_FIM_CODE_RATE": "FIM is off unless a deployment turns it on (the local stack's Dagster does)",
+    "PIPELINE_TRAIN_MODEL": "the model is each deployment's choice (a preset or a TrainConfig); unset: TrainConfig's",
+    "PIPELINE_LINEAGE": "the default lineage (`deepseek`) until a deployment starts another",
+    "PIPELINE_TRAIN_PARALLELISM": "TrainConfig's default (ddp) until a deployment's model needs fsdp",
     "PIPELINE_TRIGGER_RETRY_BASE_S": "the trigger's back-off defaults (60 s doubling) suit every deployment",
     "PIPELINE_TRIGGER_RETRY_MAX_S": "the trigger's back-off defaults (at most 1 h) suit every deployment",
 }
