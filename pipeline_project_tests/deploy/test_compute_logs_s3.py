@@ -3,6 +3,7 @@ that very file (storage swapped for sqlite) captures a step's stdout and the obj
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import uuid
@@ -26,7 +27,9 @@ def test_the_deploy_instance_keeps_step_logs_in_s3(stack, tmp_path, monkeypatch)
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
     run_id = f"test-{uuid.uuid4().hex}"
     # captured in a process of its own, as a run worker captures a step: Dagster mirrors the step's output through
-    # `tail -F` children, which a long test session's process (its signal mask, inherited) can leave unkillable
+    # `tail -F` children and stops them with SIGTERM. A child inherits the blocked-signal mask of the process that
+    # forks it, and a long test session's process can have SIGTERM blocked (a thread of a library it loaded): the
+    # tails never stopped and the capture hung. The child starts with nothing blocked, as a run worker does.
     step = (
         "import sys, dagster as dg\n"
         f"instance = dg.DagsterInstance.from_config({str(tmp_path)!r})\n"
@@ -35,7 +38,13 @@ def test_the_deploy_instance_keeps_step_logs_in_s3(stack, tmp_path, monkeypatch)
         "    sys.stdout.flush()\n"
         "instance.dispose()\n"
     )
-    done = subprocess.run([sys.executable, "-c", step], capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", step],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, []),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     try:
         prefix = f"{config['compute_logs']['config']['prefix']}/storage/{run_id}/"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -20,6 +22,7 @@ from pipeline_project.defs.resources.launchers import (
     render_k8s_pod,
     subprocess_command,
 )
+from pipeline_project.defs.resources.launchers.commands import orphan_guard
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training.job import JobConfig
@@ -134,14 +137,17 @@ def test_config_mistakes_fail_before_anything_launches(launch):
 
 
 def test_the_local_command_is_the_same_entry_point():
+    guard = orphan_guard()
+    assert guard == ["setpriv", "--pdeathsig", "TERM"]  # util-linux: on every Debian machine
     assert subprocess_command(1, python="py") == [
+        *guard,
         "py",
         "-m",
         "pipeline_project.training.entrypoint",
         "--config-env",
         JOB_CONFIG_ENV,
     ]
-    assert subprocess_command(2, python="py")[:5] == [
+    assert subprocess_command(2, python="py")[3:8] == [
         "py",
         "-m",
         "torch.distributed.run",
@@ -151,16 +157,47 @@ def test_the_local_command_is_the_same_entry_point():
 
 
 def test_a_niceness_prefixes_the_local_command_with_nice():
-    assert subprocess_command(1, python="py", niceness=10)[:4] == ["nice", "-n", "10", "py"]
-    assert subprocess_command(2, python="py", niceness=5)[:6] == [
+    guard = orphan_guard()
+    assert subprocess_command(1, python="py", niceness=10)[:7] == ["nice", "-n", "10", *guard, "py"]
+    assert subprocess_command(2, python="py", niceness=5)[:9] == [
         "nice",
         "-n",
         "5",
+        *guard,
         "py",
         "-m",
         "torch.distributed.run",
     ]
-    assert subprocess_command(1, python="py", niceness=0)[0] == "py"
+    assert subprocess_command(1, python="py", niceness=0)[:4] == [*guard, "py"]
+
+
+def test_a_trainer_whose_run_worker_is_killed_stops_within_seconds(tmp_path):
+    """The run worker stand-in starts the local command's prefix around a trainer that would run for minutes,
+    then dies by SIGKILL (no handler runs): the kernel stops the trainer."""
+    worker = (
+        "import subprocess, sys, time\n"
+        f"cmd = [*{subprocess_command(1, niceness=10)[:-4]!r}, '-c', 'import time; time.sleep(300)']\n"
+        "print(subprocess.Popen(cmd).pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True)
+    trainer = int(proc.stdout.readline())
+    time.sleep(0.5)
+    assert _alive(trainer)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _alive(trainer) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(trainer), "the trainer outlived its run worker"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie is dead, waiting for init to reap it
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -22,11 +23,20 @@ def entry_args(gpus: int = 0) -> list[str]:
     return ["-m", ENTRYPOINT, "--config-env", JOB_CONFIG_ENV, *(["--require-cuda"] if gpus > 0 else [])]
 
 
+def orphan_guard() -> list[str]:
+    """A prefix that has the kernel send the trainer SIGTERM when the process that started it dies
+    (util-linux's `setpriv --pdeathsig`): a killed run worker leaves no trainer behind, training the lineage
+    beside the run's retry. torchrun passes the signal on to its ranks. On a cluster the trainer pod's owner
+    reference does the same (`owner.py`)."""
+    return ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
+
+
 def subprocess_command(nproc: int, python: str | None = None, niceness: int = 0) -> list[str]:
     """The local command: the entry point, under `torchrun --standalone` for several processes; under
-    `nice -n niceness` when that is above 0."""
+    `nice -n niceness` when that is above 0; stopped when its run worker dies (`orphan_guard`)."""
     python = python or sys.executable
     nice = ["nice", "-n", str(niceness)] if niceness > 0 else []
+    nice += orphan_guard()
     if nproc > 1:
         return [
             *nice,
