@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline_project.streaming.errors import TopicMissingError
+from pipeline_project.streaming.kafka import topics
 from pipeline_project.streaming.ledger import records
 
 
@@ -28,15 +29,13 @@ class _Admin:
 
 def test_a_data_topic_the_answering_broker_does_not_know_yet_is_waited_for(monkeypatch):
     made = []
-    monkeypatch.setattr(
-        records, "ensure_topic", lambda admin, name, **kw: made.append((name, kw["replication_factor"]))
-    )
+    monkeypatch.setattr(topics, "ensure_topic", lambda admin, name, **kw: made.append((name, kw["replication_factor"])))
     admin = _Admin("t", known_after=3)
     records.ensure_ledger_topic(admin, "t")
     assert admin.requests == 4 and made == [("t.ledger", 3)]
 
 
 def test_a_data_topic_that_stays_missing_is_a_one_line_error(monkeypatch):
-    monkeypatch.setattr(records, "METADATA_PROPAGATION_S", 0.5)
+    monkeypatch.setattr(topics, "METADATA_PROPAGATION_S", 0.5)
     with pytest.raises(TopicMissingError, match="data topic 't' does not exist; create it with ensure_topic first"):
         records.ensure_ledger_topic(_Admin("t", known_after=None), "t")

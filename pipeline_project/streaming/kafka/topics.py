@@ -294,3 +294,32 @@ def _describe_topic_config(admin: AdminClient, name: str, timeout_s: float) -> d
             if not retriable or time.monotonic() > deadline:
                 raise TopicError(f"describing topic {name!r} failed: {kafka_error_text(exc)}") from None
             time.sleep(0.2)
+
+
+# how long a data topic created a moment ago may stay unknown to the broker that answers a metadata request
+METADATA_PROPAGATION_S = 10.0
+
+
+def ensure_companion_topic(admin: AdminClient, topic: str, name: str, timeout_s: float = 30.0) -> None:
+    """A compacted one-partition topic `name` beside data topic `topic` (its ledger, its retractions), replicated
+    like it. The data topic may have been created a moment ago: its metadata is waited for a little."""
+    deadline = time.monotonic() + min(timeout_s, METADATA_PROPAGATION_S)
+    while True:
+        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+        if md is not None and md.error is None and md.partitions:
+            break
+        if time.monotonic() >= deadline:
+            raise TopicMissingError(f"data topic {topic!r} does not exist; create it with ensure_topic first")
+        time.sleep(0.2)
+    rf = min(len(p.replicas) for p in md.partitions.values())
+    ensure_topic(
+        admin,
+        name,
+        partitions=1,
+        replication_factor=rf,
+        min_insync_replicas=min(2, rf),
+        config={"cleanup.policy": "compact"},
+        timeout_s=timeout_s,
+        retention_ms=None,  # compaction, not time, decides what a compacted topic keeps
+        retention_bytes=None,
+    )

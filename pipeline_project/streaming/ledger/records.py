@@ -32,10 +32,10 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from pipeline_project.streaming.errors import ReadTimeoutError, TopicMissingError, is_transient
+from pipeline_project.streaming.errors import ReadTimeoutError, is_transient
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.kafka.offsets import list_offsets
-from pipeline_project.streaming.kafka.topics import ensure_topic, topic_id
+from pipeline_project.streaming.kafka.topics import ensure_companion_topic, topic_id
 from pipeline_project.streaming.ledger.index import Changes, LedgerIndex, LedgerIndexUnavailableError
 from pipeline_project.streaming.ledger.retirements import Retirement, retirements_from_json
 
@@ -225,32 +225,9 @@ def ledger_topic(topic: str) -> str:
     return topic + LEDGER_SUFFIX
 
 
-# how long a data topic created a moment ago may stay unknown to the broker that answers a metadata request
-METADATA_PROPAGATION_S = 10.0
-
-
 def ensure_ledger_topic(admin: Any, topic: str, timeout_s: float = 30.0) -> None:
     """Compacted 1-partition ledger, replicated like its data topic."""
-    deadline = time.monotonic() + min(timeout_s, METADATA_PROPAGATION_S)
-    while True:
-        md = admin.list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
-        if md is not None and md.error is None and md.partitions:
-            break
-        if time.monotonic() >= deadline:
-            raise TopicMissingError(f"data topic {topic!r} does not exist; create it with ensure_topic first")
-        time.sleep(0.2)
-    rf = min(len(p.replicas) for p in md.partitions.values())
-    ensure_topic(
-        admin,
-        ledger_topic(topic),
-        partitions=1,
-        replication_factor=rf,
-        min_insync_replicas=min(2, rf),
-        config={"cleanup.policy": "compact"},
-        timeout_s=timeout_s,
-        retention_ms=None,  # compaction, not time, decides what a compacted topic keeps
-        retention_bytes=None,
-    )
+    ensure_companion_topic(admin, topic, ledger_topic(topic), timeout_s)
 
 
 def read_ledger(

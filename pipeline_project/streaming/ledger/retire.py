@@ -9,8 +9,10 @@ so does the transactional id the entry records, when another prefix wrote it):
 * tombstones for the key's completion and progress records, so the key reads as never produced;
 * the audit log `<key>#retired` (`retirements`), extended by the retired record with reason, operator and time.
 
-A's committed blocks stay in the topic and are trained on like any committed blocks; the audit record says
-which offsets hold them, and the next completion record of the key counts them as `retired_blocks`. Content A
+A's committed blocks stay in the topic (Kafka cannot delete from a partition's middle), but before the ledger's
+transaction the retired entry's messages are retracted (`retractions`, request `retire:<key>:<content hash>`): no
+loader trains them from then on, and the step logs say which steps already had. The audit record says which offsets
+hold them, and the next completion record of the key counts them as `retired_blocks`. Content A
 itself can never be produced under the key again in the same topic (its blocks would be there twice). After the
 commit the ledger is read once through `index`, so the PostgreSQL ledger index holds the tombstones and the
 audit record too.
@@ -38,6 +40,9 @@ from pipeline_project.streaming.ledger.records import (
     retired_key,
 )
 from pipeline_project.streaming.ledger.retirements import Retirement, retirements_to_json
+from pipeline_project.streaming.retractions.model import Retraction
+from pipeline_project.streaming.retractions.resolve import batch_messages
+from pipeline_project.streaming.retractions.topic import write_retraction
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,9 @@ def retire_entry(
         raise NothingToRetireError(
             f"ledger {ledger_topic(topic)} has no completion or progress record for {ledger_key!r}: nothing to retire"
         )
+    # first, so a crash before the ledger's commit leaves the entry to retire again (the retraction is then a no-op)
+    for r in done:
+        retract_retired(settings, topic, ledger_key, r, timeout_s)
     ledger = ledger_topic(topic)
     earlier = records.retired.get(ledger_key, [])
     tracker = _commit_retirements(producer, ledger, ledger_key, done, earlier, timeout_s)
@@ -102,6 +110,32 @@ def retire_entry(
             reason,
         )
     return done
+
+
+def retirement_request(ledger_key: str, retirement: Retirement) -> str:
+    """The retraction request of a retired entry: one per batch and content, so retiring again writes nothing."""
+    return f"retire:{ledger_key}:{retirement.content_hash[:16]}"
+
+
+def retract_retired(
+    settings: KafkaSettings, topic: str, ledger_key: str, retirement: Retirement, timeout_s: float = 30.0
+) -> Retraction | None:
+    """Retract the messages of a retired entry (`retractions`): the loader never trains them again. None when the
+    entry wrote no message."""
+    record = retirement.record
+    messages = batch_messages(
+        settings, topic, record.get("offsets") or {}, record.get("source") or ledger_key, timeout_s
+    )
+    if not messages:
+        return None
+    retraction = Retraction(
+        request_id=retirement_request(ledger_key, retirement),
+        reason=f"ledger retire: {retirement.reason}",
+        blocks=messages,
+        operator=retirement.operator,
+    )
+    write_retraction(settings, topic, retraction, timeout_s)
+    return retraction
 
 
 def _commit_retirements(

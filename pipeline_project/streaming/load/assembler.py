@@ -46,6 +46,7 @@ from pipeline_project.streaming.load.dead_letters import DeadLetter
 from pipeline_project.streaming.load.partition_reader import BufferEntry, PartitionReader
 from pipeline_project.streaming.load.preflight import SkippedRange
 from pipeline_project.streaming.load.state import Cursor, Interleaver
+from pipeline_project.streaming.retractions.index import Retracted, RetractedBlocks
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Batch:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     skipped: list[SkippedRange] = field(default_factory=list)
     events: list[Any] = field(default_factory=list)  # mixture: domains that ran dry while assembling it
+    retracted: list[Retracted] = field(default_factory=list)  # blocks passed over, retracted, on the way
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Pending:
     letters: list[DeadLetter] = field(default_factory=list)
     skipped: list[SkippedRange] = field(default_factory=list)
     budget: int | None = None  # dead letters still allowed in this run
+    retracted: list[Retracted] = field(default_factory=list)
 
 
 class Stream:
@@ -123,8 +126,10 @@ class BatchAssembler:
         stop: threading.Event,
         allow_data_loss: bool = False,
         stall_timeout_s: float = 300.0,
+        retractions: RetractedBlocks | None = None,
     ):
         self.readers = tuple(readers)
+        self.retractions = retractions
         self.topic = topic
         self.batch_size = batch_size
         self.seq_len = seq_len
@@ -161,7 +166,13 @@ class BatchAssembler:
             if budget is not None:
                 budget -= len(acc.letters)
             yield Batch(
-                acc.out, self.snapshot(stream.cursors, stream.current), acc.trace, acc.pad, acc.letters, acc.skipped
+                acc.out,
+                self.snapshot(stream.cursors, stream.current),
+                acc.trace,
+                acc.pad,
+                acc.letters,
+                acc.skipped,
+                retracted=acc.retracted,
             )
 
     def _new_batch(self, budget: int | None) -> Pending:
@@ -190,6 +201,10 @@ class BatchAssembler:
                 self._pass_marker(s, p, head.offset)
             elif head.offset < s.cursors[p].offset:  # before the resume point (cannot happen after a seek)
                 buf.popleft()
+            elif self.retractions is not None and self.retractions.covers(p, head.offset):
+                copied = self._copy_unretracted(s, acc, p, head, want)
+                if copied:
+                    return copied  # else every block left of the message was retracted: on to the next
             else:
                 return self._copy(s, acc, p, head, want)
 
@@ -252,6 +267,35 @@ class BatchAssembler:
         else:
             s.cursors[p] = Cursor(head.offset, first + take)
         return take
+
+    def _copy_unretracted(self, s: Stream, acc: Pending, p: int, head: BufferEntry, want: int) -> int:
+        """`_copy` for a message some retraction names: block by block, a retracted block is passed over (the
+        cursor moves past it, `acc.retracted` records it) instead of copied. May copy none."""
+        c = s.cursors[p]
+        block = max(c.block if head.offset == c.offset else 0, head.first)
+        n, copied = head.blocks.shape[0], 0
+        while block < n and copied < want:
+            request = self.retractions.request_of(p, head.offset, block)
+            if request is not None:
+                acc.retracted.append((p, head.offset, block, request))
+            else:
+                row = acc.arr[acc.fill : acc.fill + 1]
+                row[:] = head.blocks[block : block + 1]
+                if head.pad_tokens:
+                    mask = row == PAD_TOKEN
+                    acc.pad += int(np.count_nonzero(mask))
+                    row[mask] = -1
+                if acc.trace is not None:
+                    acc.trace.append((p, head.offset, block))
+                acc.fill += 1
+                copied += 1
+            block += 1
+        if block == n:
+            s.reader_of[p].buffers[p].popleft()
+            self._finish_message(s, p, head.offset + 1)
+        else:
+            s.cursors[p] = Cursor(head.offset, block)
+        return copied
 
     def _finish_message(self, s: Stream, p: int, after: int) -> None:
         """Partition p's cursor moves to `after`, the next message drawn; p ends at its end offset (bounded)."""

@@ -32,6 +32,7 @@ from pipeline_project.streaming.load.preflight import SkippedRange
 from pipeline_project.streaming.load.seek import checked_starts
 from pipeline_project.streaming.load.state import Cursor, Interleaver, make_state, merge_states
 from pipeline_project.streaming.load.stripes import Share, Skips
+from pipeline_project.streaming.retractions.index import RetractedBlocks
 
 Starts = tuple[dict[int, Cursor], dict[int, Skips], list[SkippedRange]]  # `seek.checked_starts`
 
@@ -49,6 +50,7 @@ class SourceContext:
     start_cursors: Mapping[int, Cursor]  # where the loader was built to start
     pin: bool
     stop: threading.Event
+    retractions: RetractedBlocks | None = None  # what the assembler passes over (`streaming/retractions`)
 
     @property
     def partitions(self) -> tuple[int, ...]:
@@ -94,6 +96,7 @@ class SourceContext:
             snapshot=snapshot,
             stop=self.stop,
             allow_data_loss=cfg.allow_data_loss,
+            retractions=self.retractions,
         )
 
     def checked_starts(self, entries: Mapping[str, Any], own: bool, bounds: Any) -> Starts:

@@ -72,6 +72,9 @@ class LoaderConfig(BaseModel):
     # draw blocks by domain (their `domain` header) at these proportions (`mixture.py`, `mixture_loader.py`);
     # None: every block in the interleave order, exactly as without domains
     mixture: MixtureConfig | None = None
+    # honour `<topic>.retractions` (streaming/retractions): read at start, then every `retraction_refresh_s`
+    retractions: bool = True
+    retraction_refresh_s: float = Field(default=10.0, gt=0)
 
     @model_validator(mode="before")
     @classmethod

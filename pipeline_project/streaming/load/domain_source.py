@@ -137,7 +137,7 @@ class MixtureAssembler(BatchAssembler):
                 return
             if budget is not None:
                 budget -= len(acc.letters)
-            yield Batch(acc.out, snapshot(), acc.trace, acc.pad, acc.letters, acc.skipped, events)
+            yield Batch(acc.out, snapshot(), acc.trace, acc.pad, acc.letters, acc.skipped, events, acc.retracted)
 
     def _event(self, mix: RankMixture, domain: str, policy: str) -> DomainExhausted:
         draws = sum(mix.sampler.since_change.values())

@@ -42,6 +42,9 @@ from pipeline_project.streaming.load.preflight import (
     partition_bounds,
 )
 from pipeline_project.streaming.load.state import Cursor, gather_state, parse_cursors, resolve_state, same_layout
+from pipeline_project.streaming.retractions.feed import RetractionFeed
+from pipeline_project.streaming.retractions.index import Retracted
+from pipeline_project.streaming.retractions.topic import RetractionReader
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,11 @@ class KafkaBlockLoader:
         self._pad_delivered = 0
         self._end_offsets = self._bounded_end_offsets(admin)
         self._stop = threading.Event()
+        self._retractions = (
+            RetractionFeed(RetractionReader(cfg.kafka, cfg.topic, cfg.metadata_timeout_s), cfg.retraction_refresh_s)
+            if cfg.retractions
+            else None
+        )
         self.source = source(
             SourceContext(
                 cfg,
@@ -100,6 +108,7 @@ class KafkaBlockLoader:
                 self._first_cursors(admin),
                 self.pin,
                 self._stop,
+                self._retractions,
             )
         )
         self._delivered_state = self.source.snapshot()  # position after the last batch returned by __next__
@@ -114,6 +123,8 @@ class KafkaBlockLoader:
         self._lineage = LineageBudget(cfg.max_dead_letters, cfg.rank)
         self._finished = False
         self.trace: list[tuple[int, int, int]] = []
+        self.retracted: list[Retracted] = []  # blocks passed over as retracted, as delivered (cleared by its reader)
+        self.retracted_total = 0
 
         self._wait_total = 0.0
         self._wait_window = 0.0
@@ -177,6 +188,8 @@ class KafkaBlockLoader:
         self._pad_delivered += item.pad_tokens
         if item.trace is not None:
             self.trace.extend(item.trace)
+        self.retracted.extend(item.retracted)
+        self.retracted_total += len(item.retracted)
         tensor = item.tensor
         if self.cfg.device != "cpu":
             tensor = tensor.to(self.cfg.device, non_blocking=self.pin)
@@ -225,7 +238,7 @@ class KafkaBlockLoader:
 
         `tokens_delivered` counts real tokens (padding excluded); `dead_letters` the malformed messages
         skipped (records in `loader.dead_letters`); `data_loss_offsets` the deleted offsets skipped by
-        `allow_data_loss` (records in `loader.data_loss`).
+        `allow_data_loss` (records in `loader.data_loss`); `retracted_blocks` the blocks passed over as retracted.
         """
         now = time.perf_counter()
         wall = now - self._window_start
@@ -245,6 +258,7 @@ class KafkaBlockLoader:
             "dead_letters": len(self.dead_letters),
             "dead_letters_lineage": self._lineage.lineage(len(self.dead_letters)),
             "data_loss_offsets": sum(s.offsets for s in self.data_loss),
+            "retracted_blocks": self.retracted_total,
             **self.source.metrics(),
         }
 
@@ -254,6 +268,9 @@ class KafkaBlockLoader:
 
     def close(self) -> None:
         self._stop_prefetch()
+        if self._retractions is not None:
+            self._retractions.close()
+            self._retractions = None
         if self._dead_letter_sink is not None:
             self._dead_letter_sink.close()
             self._dead_letter_sink = None

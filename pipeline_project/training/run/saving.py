@@ -23,7 +23,7 @@ from pipeline_project.training.checkpoint.store import (
 from pipeline_project.training.resume import TrainingState, make_resume_state
 from pipeline_project.training.run.invocation import Invocation
 from pipeline_project.training.sharding import dcp_dir, full_model_state, is_sharded, save_sharded, unsharded_copy
-from pipeline_project.training.step_log import gather_steps, write_steps
+from pipeline_project.training.step_log import gather_step_records, write_steps
 from pipeline_project.training.tracking.callback import Progress
 from pipeline_project.training.trainer import TrainResult
 
@@ -35,7 +35,7 @@ def save_step(
     registers the checkpoint in MLflow's Model Registry. A sharded model's ranks first write and upload their
     shards (`save_shards`)."""
     data_states = distributed.all_gather_objects(data_state)
-    steps = gather_steps(inv.lineage.steps, step)
+    steps, retracted = gather_step_records(inv.lineage.steps, step)
     local = inv.work_dir / f"step-{step}-node{distributed.node_leader(inv.dist)}"
     shards = save_shards(inv, state, step, local) if is_sharded(state.model) else None
     if not inv.dist.is_main:
@@ -65,6 +65,7 @@ def save_step(
         topic=inv.job.topic.name,
         seq_len=inv.job.topic.seq_len,
         batch_size=inv.cfg.batch_size,
+        retracted=retracted,
     )
     try:
         lineage.pointer = upload_checkpoint(
