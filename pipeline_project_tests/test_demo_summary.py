@@ -35,6 +35,7 @@ def test_summary_totals_come_from_each_assets_latest_materialization():
             )
         table = summarize(instance, Settings(), ["b1", "b2"], {"steps": 5})
         rows = dict(zip(table.columns[0]._cells, table.columns[1]._cells))
+    assert rows["retracted blocks passed over"] == "0"  # zero when none, said all the same
     assert rows["kept"] == "12" and rows["documents in"] == "16"
     assert rows["blocks in Kafka"] == "7" and rows["tokens in Kafka"] == "448"
     assert rows["training steps"] == "5"
@@ -61,3 +62,7 @@ def test_the_summary_gives_the_mean_of_the_last_steps_and_the_change_not_the_las
 def test_a_run_without_a_loss_summary_shows_none():
     rows = _rows({"steps": 0})
     assert rows["training loss"] == rows["loss change"] == "-"
+
+
+def test_the_summary_shows_the_retracted_blocks_the_run_passed_over():
+    assert _rows({"steps": 5, "retracted_blocks": 7})["retracted blocks passed over"] == "7"

@@ -132,6 +132,7 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
         table.add_row(label, value)
     table.add_row("batches", ", ".join(partitions))
     table.add_row("training steps", str(ckpt_meta.get("steps", "-")))
+    table.add_row("retracted blocks passed over", str(ckpt_meta.get("retracted_blocks", 0)))
     for label, value in loss_rows(ckpt_meta):
         table.add_row(label, value)
     for label, key in [("checkpoint", "checkpoint_uri"), ("MLflow run", "mlflow_run_url")]:

@@ -142,6 +142,7 @@ class TrainJobResult(BaseModel):
     stop_reason: str
     wall_s: float
     dead_letters: int = 0  # malformed messages the loaders skipped, all ranks (0 when the loader does not count)
+    retracted_blocks: int = 0  # retracted blocks the loaders passed over, all ranks (`streaming/retractions`)
     mlflow_error: str | None = None  # the first MLflow failure; training and the checkpoint went on without it
     registered_model: str | None = None  # MLflow registered model of this lineage's checkpoints
     model_version: str | None = None  # its version for this invocation's last checkpoint (alias latest-checkpoint)

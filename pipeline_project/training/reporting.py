@@ -55,6 +55,7 @@ def materialization_metadata(result: TrainJobResult) -> dict[str, Any]:
         "world_size": result.world_size,
         "device": result.device,
         "dead_letters": result.dead_letters,
+        "retracted_blocks": result.retracted_blocks,
         "backlog_batches": result.backlog_batches,
     }
     for key in ("final_loss", "tokens_per_s", "data_wait_fraction"):

@@ -53,6 +53,7 @@ def test_a_retired_batch_is_never_trained_and_its_blocks_are_in_the_step_log(sta
     }
     result = _run_trainer(job, tmp_path)
     assert result["status"] == "trained" and result["steps"] == blocks["b"] // BATCH  # b's blocks only
+    assert result["retracted_blocks"] == blocks["a"]
 
     s3 = s3_client(stack)
     ref = latest_ref(s3, stack.bucket, prefix)

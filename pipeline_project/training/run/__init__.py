@@ -70,6 +70,7 @@ def run_job(job: JobConfig) -> TrainJobResult:
             result = _train(inv, resume.state, loader, progress)
             end_states = distributed.all_gather_objects(result.data_state)
             dead_letters = sum(distributed.all_gather_objects(dead_letter_count(loader)))
+            retracted = sum(distributed.all_gather_objects(int(getattr(loader, "retracted_total", 0))))
             ref = save_final(inv, resume.state, result, progress)
             final = {"dead_letters": float(dead_letters), **final_report(progress, start_states, end_states)}
             progress.log_final(final, step=result.end_step, end_states=end_states)
@@ -88,6 +89,7 @@ def run_job(job: JobConfig) -> TrainJobResult:
             checkpoint=ref,
             model_uri=model_uri,
             dead_letters=dead_letters,
+            retracted=retracted,
             wall_s=time.perf_counter() - t_start,
         )
         inv.report.info(job_result.message)
@@ -175,6 +177,7 @@ def _result(
     checkpoint: CheckpointRef | None,
     model_uri: str | None,
     dead_letters: int,
+    retracted: int,
     wall_s: float,
 ) -> TrainJobResult:
     """What the invocation did, from the loop's result and every rank's data position before and after."""
@@ -212,6 +215,7 @@ def _result(
         topic=inv.job.topic.name,
         backlog_batches=len(inv.job.partitions),
         dead_letters=dead_letters,
+        retracted_blocks=retracted,
         mlflow_error=progress.mlflow_error,
         registered_model=progress.registered_model if progress.model_version else None,
         model_version=progress.model_version,
