@@ -5,11 +5,11 @@
 # One tier alone (set per test from its fixtures in pipeline_project_tests/conftest.py, `tier_of`):
 #   --fast          no service: stand-ins and pure logic, on every core (pytest-xdist; PYTEST_WORKERS=N to choose);
 #                   skips setup when .venv exists
-#   --integration   tests against the real local stack, one at a time. PYTEST_INTEGRATION_WORKERS=N (N > 1) runs
-#                   them in parallel groups (pytest-xdist --dist loadgroup; the tests of one shared process, Dagster's
-#                   webserver, the SASL cluster or the fault tests' stack, share a worker), then the `serial` ones
-#                   (they restart a shared service) alone. On 2 cores the suite is CPU-bound: groups made it slower
-#                   (docs/benchmarks/2026-12-07-suite-tiers.md)
+#   --integration   tests against the real local stack in parallel groups on PYTEST_INTEGRATION_WORKERS (default 2)
+#                   workers (pytest-xdist --dist loadgroup; the tests of one shared process, Dagster's webserver, the
+#                   SASL cluster or the fault tests' stack, share a worker), then the `serial` ones (they restart a
+#                   shared service) alone; 1: one test at a time. Most of a test's time is waiting on the services,
+#                   so two workers halve the tier on this 2-core machine (docs/benchmarks/2026-12-07-suite-tiers.md)
 #   --fault         processes of a throw-away stack killed and cut (pipeline_project_tests/reliability), one at a time
 #   --cluster       the network-namespace cluster (root; pipeline_project_tests/cluster)
 # Other arguments go to pytest.
@@ -38,10 +38,10 @@ echo "==> ruff check + ruff format --check"
 .venv/bin/ruff format --check .
 
 ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }  # 5: no test selected, as when a path names one tier only
-# $1: the tiers to run; one test at a time by default. With PYTEST_INTEGRATION_WORKERS=N > 1 (a machine with more
-# cores than this 2-core one): in parallel groups on N workers, then the `serial` tests alone.
+# $1: the tiers to run: in parallel groups on PYTEST_INTEGRATION_WORKERS workers (default 2), then the `serial` tests
+# alone; with 1, one test at a time.
 groups_then_serial() {
-  local tiers=$1 workers=${PYTEST_INTEGRATION_WORKERS:-1} groups=0 serial=0
+  local tiers=$1 workers=${PYTEST_INTEGRATION_WORKERS:-2} groups=0 serial=0
   shift
   if [ "$workers" -le 1 ]; then
     .venv/bin/python -m pytest -m "$tiers" "$@"

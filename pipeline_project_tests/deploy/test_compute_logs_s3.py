@@ -13,6 +13,12 @@ import yaml
 from pipeline_project_tests.deploy.helpers import DEPLOY
 
 
+def _default_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def test_the_deploy_instance_keeps_step_logs_in_s3(stack, tmp_path, monkeypatch):
     for name, value in {
         "PIPELINE_S3_BUCKET": stack.bucket,
@@ -27,9 +33,10 @@ def test_the_deploy_instance_keeps_step_logs_in_s3(stack, tmp_path, monkeypatch)
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(config))
     run_id = f"test-{uuid.uuid4().hex}"
     # captured in a process of its own, as a run worker captures a step: Dagster mirrors the step's output through
-    # `tail -F` children and stops them with SIGTERM. A child inherits the blocked-signal mask of the process that
-    # forks it, and a long test session's process can have SIGTERM blocked (a thread of a library it loaded): the
-    # tails never stopped and the capture hung. The child starts with nothing blocked, as a run worker does.
+    # `tail -F` children and stops them with SIGTERM. A child inherits the blocked-signal mask and the ignored
+    # signals of the process that forks it, and a long test session's worker can ignore SIGTERM: the tails never
+    # stopped and the capture hung (reproduced by starting it with SIGTERM ignored). The child starts with
+    # nothing blocked and SIGTERM and SIGINT at their defaults, as a run worker does.
     step = (
         "import sys, dagster as dg\n"
         f"instance = dg.DagsterInstance.from_config({str(tmp_path)!r})\n"
@@ -43,7 +50,7 @@ def test_the_deploy_instance_keeps_step_logs_in_s3(stack, tmp_path, monkeypatch)
         capture_output=True,
         text=True,
         timeout=120,
-        preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, []),
+        preexec_fn=_default_signals,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     try:

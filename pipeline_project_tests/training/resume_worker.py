@@ -14,6 +14,7 @@ from pipeline_project.streaming.topic import TopicSpec
 from pipeline_project.training import distributed, run
 from pipeline_project.training.job import JobConfig
 from pipeline_project.training.reporting import Reporter
+from pipeline_project.training.run.invocation import open_invocation, open_resume_point
 from pipeline_project_tests.training.helpers import tiny_config
 
 
@@ -48,10 +49,10 @@ job = JobConfig(
     bucket=args["bucket"],
     checkpoint_prefix=args["prefix"],
 )
-inv = run._open_invocation(job, info, torch.device("cpu"), Reporter())
+inv = open_invocation(job, info, torch.device("cpu"), Reporter())
 counting = CountingS3(inv.s3)
 inv = dataclasses.replace(inv, s3=counting)
-resume = run._open_resume_point(inv)
+resume = open_resume_point(inv)
 resume_dirs = sorted(str(p) for p in inv.work_dir.glob("resume-*"))
 out = {
     "rank": info.rank,
@@ -66,5 +67,5 @@ out = {
 }
 Path(args["out"], f"rank{info.rank}.json").write_text(json.dumps(out))
 distributed.barrier()
-run._remove_scratch(inv)
+run.remove_scratch(inv)
 distributed.destroy()

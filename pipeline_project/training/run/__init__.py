@@ -94,7 +94,7 @@ def run_job(job: JobConfig) -> TrainJobResult:
         )
         inv.report.info(job_result.message)
         inv.report.materialize(job_result)
-    _remove_scratch(inv)
+    remove_scratch(inv)
     return job_result
 
 
@@ -229,7 +229,7 @@ def _result(
     )
 
 
-def _remove_scratch(inv: Invocation) -> None:
+def remove_scratch(inv: Invocation) -> None:
     """Each node's local rank 0 removes the node's temp dir (its ranks read from it only before training)."""
     if inv.dist.local_rank == 0 and not inv.job.work_dir:
         shutil.rmtree(inv.work_dir, ignore_errors=True)
