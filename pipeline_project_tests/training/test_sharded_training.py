@@ -88,6 +88,7 @@ def test_a_sharded_lineage_checkpoints_every_shard_exports_whole_and_resumes_on_
     monkeypatch.setenv("MLFLOW_S3_ENDPOINT_URL", stack.s3_endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", stack.s3_access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", stack.s3_secret_key)
+    mlflow.set_tracking_uri(stack.mlflow_tracking_uri)  # unset, MLflow 3 makes ./mlflow.db
     mlflow.set_registry_uri(stack.mlflow_tracking_uri)
     (tmp_path / "dl").mkdir()
     assert first["registered_model"] == f"test-{topic}"
