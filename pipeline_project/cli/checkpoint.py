@@ -11,7 +11,7 @@ from pipeline_project.cli import context
 from pipeline_project.cli.errors import fail
 
 checkpoint_app = typer.Typer(
-    help="Checkpoints in S3: pull one (the newest, or a step) into a directory.",
+    help="Checkpoints in S3: pull one (the newest, or a step) into a directory; rewind a lineage to a step.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -35,3 +35,24 @@ def pull(
     files = [p for p in directory.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files) / 1e6
     typer.echo(f"pulled step {ref.step} of {lineage} ({ref.uri}) into {directory}: {len(files)} files, {size:,.1f} MB")
+
+
+@checkpoint_app.command("rewind")
+def rewind(
+    step: Annotated[int, typer.Option("--step", help="The step whose checkpoint becomes the lineage's newest")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (written into each later checkpoint's REWOUND.json)")],
+    lineage: Annotated[
+        str | None, typer.Option("--lineage", help="The lineage [default: the trainer's run_name, deepseek]")
+    ] = None,
+) -> None:
+    """Make an earlier checkpoint the lineage's newest: the next training run continues from it; later ones stay."""
+    from pipeline_project.ops.checkpoints import rewind as rewind_lineage
+
+    try:
+        done = rewind_lineage(context.settings(), lineage, step, reason)
+    except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
+        raise fail(err) from None
+    typer.echo(
+        f"rewound {done.lineage} from step {done.rewound_from.step} to step {done.to.step} ({done.to.uri}); "
+        f"{len(done.marked)} later checkpoint(s) kept and marked REWOUND.json"
+    )

@@ -26,3 +26,20 @@ def pull(settings: Settings, directory: Path, lineage: str | None = None, step: 
     ref = resolve_checkpoint(s3, settings.bucket, root, lineage, step)
     pull_checkpoint(s3, settings.bucket, ref, directory)
     return ref, lineage
+
+
+def rewind(settings: Settings, lineage: str | None, step: int, reason: str):
+    """Make the lineage's checkpoint at `step` its newest (`training.checkpoint.rewind`): the `Rewind` done."""
+    from pipeline_project.streaming.ledger.retire import default_operator
+    from pipeline_project.training.checkpoint.rewind import rewind as rewind_lineage
+
+    root, default_lineage = defaults()
+    return rewind_lineage(
+        settings.s3_client(),
+        settings.bucket,
+        root,
+        lineage or default_lineage,
+        step,
+        reason=reason,
+        operator=default_operator(),
+    )

@@ -88,8 +88,7 @@ def run_job(job: JobConfig) -> TrainJobResult:
             end_states=end_states,
             checkpoint=ref,
             model_uri=model_uri,
-            dead_letters=dead_letters,
-            retracted=retracted,
+            loader_counts={"dead_letters": dead_letters, "retracted_blocks": retracted},
             wall_s=time.perf_counter() - t_start,
         )
         inv.report.info(job_result.message)
@@ -176,11 +175,11 @@ def _result(
     end_states: list[Any],
     checkpoint: CheckpointRef | None,
     model_uri: str | None,
-    dead_letters: int,
-    retracted: int,
+    loader_counts: dict[str, int],
     wall_s: float,
 ) -> TrainJobResult:
-    """What the invocation did, from the loop's result and every rank's data position before and after."""
+    """What the invocation did, from the loop's result and every rank's data position before and after;
+    `loader_counts`: what the ranks' loaders passed over (`dead_letters`, `retracted_blocks`)."""
     trained = result.steps > 0
     rates = [m.tokens_per_s for m in progress.metrics]
     waits = [m.data_wait_fraction for m in progress.metrics]
@@ -214,8 +213,7 @@ def _result(
         wall_s=wall_s,
         topic=inv.job.topic.name,
         backlog_batches=len(inv.job.partitions),
-        dead_letters=dead_letters,
-        retracted_blocks=retracted,
+        **loader_counts,
         mlflow_error=progress.mlflow_error,
         registered_model=progress.registered_model if progress.model_version else None,
         model_version=progress.model_version,
