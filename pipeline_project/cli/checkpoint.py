@@ -49,10 +49,10 @@ def rewind(
     from pipeline_project.ops.checkpoints import rewind as rewind_lineage
 
     try:
-        done = rewind_lineage(context.settings(), lineage, step, reason)
+        done, alias = rewind_lineage(context.settings(), lineage, step, reason)
     except Exception as err:  # noqa: BLE001 - one line for the user, not a traceback wall
         raise fail(err) from None
     typer.echo(
         f"rewound {done.lineage} from step {done.rewound_from.step} to step {done.to.step} ({done.to.uri}); "
-        f"{len(done.marked)} later checkpoint(s) kept and marked REWOUND.json"
+        f"{len(done.marked)} later checkpoint(s) kept and marked REWOUND.json; MLflow's latest-checkpoint: {alias}"
     )

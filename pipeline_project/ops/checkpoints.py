@@ -29,17 +29,24 @@ def pull(settings: Settings, directory: Path, lineage: str | None = None, step: 
 
 
 def rewind(settings: Settings, lineage: str | None, step: int, reason: str):
-    """Make the lineage's checkpoint at `step` its newest (`training.checkpoint.rewind`): the `Rewind` done."""
+    """Make the lineage's checkpoint at `step` its newest (`training.checkpoint.rewind`), then move the registered
+    model's `latest-checkpoint` alias back to that checkpoint's version: (the `Rewind` done, the version the alias
+    names now, or why it was not moved)."""
     from pipeline_project.streaming.ledger.retire import default_operator
     from pipeline_project.training.checkpoint.rewind import rewind as rewind_lineage
 
     root, default_lineage = defaults()
-    return rewind_lineage(
-        settings.s3_client(),
-        settings.bucket,
-        root,
-        lineage or default_lineage,
-        step,
-        reason=reason,
-        operator=default_operator(),
+    lineage = lineage or default_lineage
+    done = rewind_lineage(
+        settings.s3_client(), settings.bucket, root, lineage, step, reason=reason, operator=default_operator()
     )
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from pipeline_project.training.tracking.lineage import point_alias_at
+
+        version = point_alias_at(MlflowClient(settings.mlflow_tracking_uri), lineage, done.to.hf_uri)
+        alias = f"version {version}" if version else "not moved: no model version of that checkpoint"
+    except Exception as exc:  # noqa: BLE001 - the rewind stands; the alias is the registry's view of it
+        alias = f"not moved: {type(exc).__name__}: {exc}"
+    return done, alias

@@ -138,7 +138,7 @@ def test_config_mistakes_fail_before_anything_launches(launch):
 
 def test_the_local_command_is_the_same_entry_point():
     guard = orphan_guard()
-    assert guard == ["setpriv", "--pdeathsig", "TERM"]  # util-linux: on every Debian machine
+    assert guard == ["setpriv", "--pdeathsig", "KILL"]  # util-linux: on every Debian machine
     assert subprocess_command(1, python="py") == [
         *guard,
         "py",
@@ -147,6 +147,7 @@ def test_the_local_command_is_the_same_entry_point():
         "--config-env",
         JOB_CONFIG_ENV,
     ]
+    assert subprocess_command(2, python="py")[:3] == ["setpriv", "--pdeathsig", "TERM"]  # torchrun stops its ranks
     assert subprocess_command(2, python="py")[3:8] == [
         "py",
         "-m",
@@ -163,7 +164,7 @@ def test_a_niceness_prefixes_the_local_command_with_nice():
         "nice",
         "-n",
         "5",
-        *guard,
+        *orphan_guard("TERM"),
         "py",
         "-m",
         "torch.distributed.run",
@@ -173,9 +174,12 @@ def test_a_niceness_prefixes_the_local_command_with_nice():
 
 def test_a_trainer_whose_run_worker_is_killed_stops_within_seconds(tmp_path):
     """The run worker stand-in starts the local command's prefix around a trainer that would run for minutes,
-    then dies by SIGKILL (no handler runs): the kernel stops the trainer."""
+    then dies by SIGKILL (no handler runs): the kernel stops the trainer, also when it ignores SIGTERM (as it does
+    when its parent did: an xdist worker of this very suite, which is how the first version of this guard failed)."""
     worker = (
         "import subprocess, sys, time\n"
+        "import signal\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         f"cmd = [*{subprocess_command(1, niceness=10)[:-4]!r}, '-c', 'import time; time.sleep(300)']\n"
         "print(subprocess.Popen(cmd).pid, flush=True)\n"
         "time.sleep(300)\n"

@@ -1,5 +1,6 @@
 """`checkpoint rewind` on the real stack: a lineage trained to step 4 is rewound to step 2, the next invocation
-continues exactly from step 2's checkpoint and data position, and step 4's checkpoint is kept and marked."""
+continues exactly from step 2's checkpoint and data position, step 4's checkpoint is kept and marked, and MLflow's
+`latest-checkpoint` alias names step 2's model version again."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import json
 import uuid
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from pipeline_project.common.s3 import key_in_bucket
+from pipeline_project.ops.checkpoints import rewind as ops_rewind
 from pipeline_project.streaming.kafka.client import KafkaSettings, ensure_topic
 from pipeline_project.training.checkpoint.ref import read_latest
 from pipeline_project.training.checkpoint.rewind import MARKER_FILE, rewind
 from pipeline_project.training.checkpoint.store import s3_client
 from pipeline_project.training.errors import CheckpointNotFoundError
+from pipeline_project.training.tracking.lineage import CHECKPOINT_ALIAS
 from pipeline_project_tests.training.test_entrypoint_integration import CORPUS, SEQ_LEN, _produce, _run_trainer
 
 pytestmark = pytest.mark.stack
@@ -35,6 +39,10 @@ def test_a_rewound_lineage_continues_from_the_step_it_was_rewound_to(stack, tmp_
         "checkpoint_prefix": f"{root}/{lineage}",
         "partitions": ["b1"],
         "loader_idle_timeout_s": 5,
+        "mlflow_tracking_uri": stack.mlflow_tracking_uri,
+        "experiment_name": "test-training",
+        "registered_model_name": lineage,
+        "log_model_to_mlflow": False,
     }
     first, second = _run_trainer(job, tmp_path), _run_trainer(job, tmp_path)
     assert (first["end_step"], second["end_step"]) == (2, 4)
@@ -45,8 +53,11 @@ def test_a_rewound_lineage_continues_from_the_step_it_was_rewound_to(stack, tmp_
     with pytest.raises(CheckpointNotFoundError, match="has no step 3"):
         rewind(s3, stack.bucket, root, lineage, 3, reason="r", operator="test")
 
-    done = rewind(s3, stack.bucket, root, lineage, 2, reason="bad data after step 2", operator="test")
+    done, alias = ops_rewind(stack, lineage, 2, "bad data after step 2")
     assert done.to.uri == first["checkpoint_uri"] and done.marked == [second["checkpoint_uri"]]
+    assert alias == f"version {first['model_version']}" and first["model_version"] != second["model_version"]
+    client = MlflowClient(stack.mlflow_tracking_uri)
+    assert client.get_model_version_by_alias(lineage, CHECKPOINT_ALIAS).version == first["model_version"]
     assert read_latest(s3, stack.bucket, f"{root}/{lineage}").ref.uri == first["checkpoint_uri"]
     marker_key = f"{key_in_bucket(second['checkpoint_uri'], stack.bucket)}{MARKER_FILE}"
     marker = json.loads(s3.get_object(Bucket=stack.bucket, Key=marker_key)["Body"].read())

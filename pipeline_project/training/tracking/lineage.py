@@ -25,7 +25,7 @@ from typing import Any
 from mlflow.data.dataset_source import DatasetSource
 from mlflow.entities import DatasetInput, InputTag
 from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, RESOURCE_DOES_NOT_EXIST, ErrorCode
 from mlflow.tracking import MlflowClient
 
 CHECKPOINT_ALIAS = "latest-checkpoint"
@@ -182,6 +182,22 @@ def register_checkpoint(
     ).version
     client.set_registered_model_alias(name, alias, version)
     return str(version)
+
+
+def point_alias_at(client: MlflowClient, name: str, source: str, alias: str = CHECKPOINT_ALIAS) -> str | None:
+    """Move `alias` of registered model `name` to the version registered for the checkpoint folder `source` (its
+    `hf/` URI), the newest such version; None when none was registered (the alias stays where it was)."""
+    try:
+        versions = client.search_model_versions(f"name='{name}'")
+    except MlflowException as exc:
+        if exc.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            return None
+        raise
+    found = sorted((int(v.version) for v in versions if v.source == source), reverse=True)
+    if not found:
+        return None
+    client.set_registered_model_alias(name, alias, str(found[0]))
+    return str(found[0])
 
 
 def model_version_url(tracking_uri: str, name: str, version: str) -> str:

@@ -23,12 +23,14 @@ def entry_args(gpus: int = 0) -> list[str]:
     return ["-m", ENTRYPOINT, "--config-env", JOB_CONFIG_ENV, *(["--require-cuda"] if gpus > 0 else [])]
 
 
-def orphan_guard() -> list[str]:
-    """A prefix that has the kernel send the trainer SIGTERM when the process that started it dies
-    (util-linux's `setpriv --pdeathsig`): a killed run worker leaves no trainer behind, training the lineage
-    beside the run's retry. torchrun passes the signal on to its ranks. On a cluster the trainer pod's owner
-    reference does the same (`owner.py`)."""
-    return ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
+def orphan_guard(signal: str = "KILL") -> list[str]:
+    """A prefix that has the kernel send the trainer `signal` when the process that started it dies (util-linux's
+    `setpriv --pdeathsig`): a killed run worker leaves no trainer behind, training the lineage beside the run's
+    retry. One process gets KILL: a SIGTERM it inherited as ignored (a parent's SIG_IGN survives exec) would
+    leave it running, and a killed trainer never moved latest.json to a half-uploaded checkpoint. torchrun gets
+    TERM, which its own handler takes to stop its ranks. On a cluster the trainer pod's owner reference does the
+    same (`owner.py`)."""
+    return ["setpriv", "--pdeathsig", signal] if shutil.which("setpriv") else []
 
 
 def subprocess_command(nproc: int, python: str | None = None, niceness: int = 0) -> list[str]:
@@ -36,7 +38,7 @@ def subprocess_command(nproc: int, python: str | None = None, niceness: int = 0)
     `nice -n niceness` when that is above 0; stopped when its run worker dies (`orphan_guard`)."""
     python = python or sys.executable
     nice = ["nice", "-n", str(niceness)] if niceness > 0 else []
-    nice += orphan_guard()
+    nice += orphan_guard("TERM" if nproc > 1 else "KILL")
     if nproc > 1:
         return [
             *nice,
