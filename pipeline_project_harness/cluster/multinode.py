@@ -122,7 +122,7 @@ def launch(job_config: JobConfig, hosts: list[str], run_id: str, log_dir: Path, 
            max_restarts: int = 0, cli_opts: list[str] = CLI_OPTS) -> list[NodeRun]:  # fmt: skip
     """torchrun on each host through `cluster exec`; the first host serves the c10d rendezvous."""
     cmd = multinode_command(run_id, len(hosts), nproc, endpoint=f"{hosts[0]}:{RDZV_PORT}",
-                            max_restarts=max_restarts, torchrun=TORCHRUN)  # fmt: skip
+                            max_restarts=max_restarts, torchrun=TORCHRUN, require_cuda=False)  # fmt: skip
     env = {**os.environ, **trainer_env(job_config), "OMP_NUM_THREADS": "1"}
     runs = []
     for host in hosts:

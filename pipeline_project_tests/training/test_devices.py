@@ -46,6 +46,7 @@ def test_cuda_is_refused_and_auto_falls_back_to_the_cpu():
 def test_every_launch_that_requests_gpus_makes_the_trainer_require_cuda():
     assert "--require-cuda" in pod_command(8) and "--require-cuda" in multinode_command("run", 2, 8)
     assert "--require-cuda" not in pod_command(0) and "--require-cuda" not in multinode_command("run", 2, 0)
+    assert "--require-cuda" not in multinode_command("run", 2, 2, require_cuda=False)  # CPU ranks (cluster harness)
 
 
 def test_a_gpu_launch_without_cuda_exits_non_zero_on_every_rank_before_touching_a_service(tmp_path):

@@ -65,6 +65,7 @@ def multinode_command(
     endpoint: str | None = None,
     max_restarts: int = 0,
     torchrun: Sequence[str] = ("torchrun",),
+    require_cuda: bool | None = None,
 ) -> list[str]:
     """torchrun across `nodes` nodes of `max(1, gpus)` processes each: c10d rendezvous at `endpoint`.
 
@@ -72,6 +73,7 @@ def multinode_command(
     `cluster exec`, docs/cluster.md) name the first node's host and how torchrun is started there. c10d assigns
     the node ranks itself (torchrun ignores --node-rank for it); NODE_RANK is in the env for logs. With
     `max_restarts`, torchrun restarts every node's workers after a failure, re-forming the group.
+    `require_cuda` (default: `gpus > 0`) makes the ranks refuse to train without CUDA; CPU ranks pass False.
     """
     endpoint = endpoint or f"{name}-node-0-0.{name}:{RDZV_PORT}"
     restarts = [f"--max-restarts={max_restarts}"] if max_restarts else []
@@ -83,5 +85,5 @@ def multinode_command(
         f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id={name}",
         *restarts,
-        *entry_args(gpus),
+        *entry_args(gpus if require_cuda is None else int(require_cuda)),
     ]
