@@ -21,7 +21,8 @@ def test_broker_host_cut_30s_while_producing_and_loading(cluster):
           f"(longest stall {loaded.detail['longest_stall_s']} s)")  # fmt: skip
     # during the cut: ensure_topic answers from metadata, both batches commit without a retry
     assert "ensure_topic_error" not in produced.detail, produced.detail
-    assert produced.ok and produced.attempts == 1 and not produced.error, produced
+    assert not produced.error, produced.error
+    assert produced.ok and produced.attempts == 1, produced
     assert produced.lost == produced.duplicated == 0 and produced.blocks_found == 2 * broker_faults.PRODUCE_BLOCKS
     # the loader waited the stall out and delivered exactly the undisturbed run's blocks, in its order
     assert not loaded.error, loaded.error

@@ -215,11 +215,13 @@ class KafkaSettings(BaseModel):
         return Producer({**self.producer_config(), **self._callbacks(stats)})
 
     def make_transactional_producer(
-        self, transactional_id: str, stats: KafkaStats | None = None, timeout_s: float = 90.0
+        self, transactional_id: str, stats: KafkaStats | None = None, timeout_s: float = 180.0
     ) -> Producer:
         """A producer with its transactions initialised. A retriable failure of `init_transactions` (the transaction
         coordinator moving off an unreachable broker host: "coordinator load in progress", a timeout) is retried,
-        as librdkafka's API allows, until `timeout_s` in all; a fatal one, or the last, is raised."""
+        as librdkafka's API allows, until `timeout_s` in all; a fatal one, or the last, is raised. The default is
+        the producers' transaction timeout: on a loaded cluster a healed broker's coordinator was seen loading its
+        transaction state for over a minute, and giving up earlier only turns that wait into a step retry."""
         producer = Producer({**self.transactional_producer_config(transactional_id), **self._callbacks(stats)})
         deadline = time.monotonic() + timeout_s
         while True:
