@@ -94,3 +94,71 @@ def test_a_stream_whose_tail_is_retracted_ends_without_a_short_batch():
     items = _batches(index, batch_size=4)
     assert [type(i) for i in items] == [Batch, Batch, End]
     assert [r[0] for r in items[1].tensor.tolist()] == [10, 11, 12, 13]
+
+
+def test_a_run_of_whole_messages_is_one_interval_and_the_earliest_request_owns_an_overlap():
+    index = RetractionIndex(
+        [
+            _retraction("r1", BlockRange(partition=0, offset=10, last_offset=19)),
+            _retraction("r2", BlockRange(partition=0, offset=15, last_offset=30), BlockRange(partition=1, offset=0)),
+            _retraction("r3", BlockRange(partition=0, offset=12, first=2, end=4)),
+        ]
+    )
+    assert [index.covers(0, o) for o in (9, 10, 19, 20, 30, 31)] == [False, True, True, True, True, False]
+    assert [index.request_of(0, o, 0) for o in (10, 15, 19, 20, 30)] == ["r1", "r1", "r1", "r2", "r2"]
+    assert index.request_of(0, 12, 3) == "r1"  # the run came first
+    assert index.covers(1, 0) and not index.covers(1, 1) and index.request_of(1, 0, 7) == "r2"
+    index.add(_retraction("r4", BlockRange(partition=0, offset=31, last_offset=40)))  # added after a lookup
+    assert index.request_of(0, 35, 0) == "r4" and not index.covers(0, 41)
+
+
+def test_a_partial_range_added_first_keeps_its_blocks_against_a_later_run():
+    index = RetractionIndex(
+        [
+            _retraction("early", BlockRange(partition=0, offset=5, first=1, end=2)),
+            _retraction("late", BlockRange(partition=0, offset=0, last_offset=9)),
+        ]
+    )
+    assert [index.request_of(0, 5, b) for b in range(3)] == ["late", "early", "late"]
+
+
+def test_a_run_holds_whole_messages_only():
+    with pytest.raises(ValidationError, match="whole messages"):
+        BlockRange(partition=0, offset=5, last_offset=9, first=1)
+    with pytest.raises(ValidationError, match="whole messages"):
+        BlockRange(partition=0, offset=5, last_offset=4)
+
+
+def test_a_large_request_splits_into_parts_the_index_merges_and_counts():
+    blocks = tuple(BlockRange(partition=p, offset=o) for p in range(3) for o in range(0, 20, 2))
+    request = _retraction("big", *blocks)
+    parts = request.split(per_part=7)
+    assert [(p.part, p.parts, len(p.blocks)) for p in parts] == [(0, 5, 7), (1, 5, 7), (2, 5, 7), (3, 5, 7), (4, 5, 2)]
+    assert [p.key for p in parts][:2] == ["big#0/5", "big#1/5"] and request.split(per_part=7) == parts  # the same
+    index = RetractionIndex()
+    assert index.add(parts[3]) and index.add(parts[0]) and not index.add(parts[0])
+    assert index.parts_of("big") == {0, 3} and len(index) == 1
+    for part in parts:
+        index.add(part)
+    assert index.parts_of("big") == set(range(5)) and set(index.requests["big"].blocks) == set(blocks)
+    assert all(index.covers(p, o) for p in range(3) for o in range(0, 20, 2)) and not index.covers(0, 1)
+    with pytest.raises(ValidationError, match="parts count from 0"):
+        Retraction(request_id="x", reason="y", blocks=blocks[:1], part=2, parts=2)
+
+
+def test_a_record_is_small_json_that_reads_back_equal():
+    request = _retraction("r", BlockRange(partition=2, offset=100, last_offset=900))
+    body = request.to_json()
+    assert b'"part"' not in body and b"null" not in body and len(body) < 200
+    assert Retraction.model_validate_json(body) == request
+
+
+def test_a_million_retracted_messages_in_runs_cost_a_bisection():
+    index = RetractionIndex(
+        _retraction(
+            f"batch-{i}", BlockRange(partition=i % 8, offset=(i // 8) * 1000, last_offset=(i // 8) * 1000 + 999)
+        )
+        for i in range(1000)
+    )  # 1,000 requests of 1,000 messages each: 10^6 messages
+    assert index.covers(3, 123 * 1000 + 500) and index.request_of(3, 123 * 1000 + 500, 0) == f"batch-{123 * 8 + 3}"
+    assert not index.covers(3, 125 * 1000) and index.covers(3, 0)

@@ -5,7 +5,6 @@ A write whose answer was lost is settled the same way: the retry finds the reque
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -15,7 +14,7 @@ from pipeline_project.streaming.errors import StreamingError
 from pipeline_project.streaming.kafka.client import DeliveryTracker, KafkaSettings, flush_or_raise
 from pipeline_project.streaming.kafka.topics import ensure_companion_topic
 from pipeline_project.streaming.retractions.index import RetractionIndex
-from pipeline_project.streaming.retractions.model import Retraction
+from pipeline_project.streaming.retractions.model import Retraction, ordered
 
 
 class RetractionConflictError(StreamingError, ValueError):
@@ -92,21 +91,29 @@ def read_retractions(settings: KafkaSettings, topic: str, timeout_s: float = 30.
 
 
 def write_retraction(settings: KafkaSettings, topic: str, retraction: Retraction, timeout_s: float = 60.0) -> bool:
-    """Write `retraction` once: False when the topic holds its request already (nothing written)."""
-    held = read_retractions(settings, topic, timeout_s).requests.get(retraction.request_id)
+    """Write `retraction` once, as its parts (`Retraction.split`): False when the topic holds all of them already
+    (nothing written). A request some of whose parts are there (a write cut short, or whose answer was lost) gets
+    the parts it lacks, once the ones there are found to be this request's."""
+    index = read_retractions(settings, topic, timeout_s)
+    parts = retraction.split()
+    held, there = index.requests.get(retraction.request_id), index.parts_of(retraction.request_id)
     if held is not None:
-        if (held.blocks, held.reason) != (retraction.blocks, retraction.reason):
+        same_parts = [b for p in parts if p.part in there for b in p.blocks]
+        if held.reason != retraction.reason or held.parts != len(parts) or held.blocks != ordered(same_parts):
             raise RetractionConflictError(
                 f"request {retraction.request_id!r} is in {retractions_topic(topic)} already, with other blocks or "
                 "another reason; a request never changes: retract the rest under a new request id"
             )
+    missing = [p for p in parts if p.part not in there]
+    if not missing:
         return False
     ensure_retractions_topic(settings.make_admin(), topic, timeout_s)
     producer = settings.make_producer()
     tracker = DeliveryTracker()
-    body = json.dumps(retraction.model_dump(mode="json"), separators=(",", ":")).encode()
-    producer.produce(
-        retractions_topic(topic), key=retraction.request_id.encode(), value=body, on_delivery=tracker.on_delivery
-    )
+    for part in missing:
+        producer.produce(
+            retractions_topic(topic), key=part.key.encode(), value=part.to_json(), on_delivery=tracker.on_delivery
+        )
+        producer.poll(0)
     flush_or_raise(producer, tracker, timeout_s)
     return True
