@@ -86,4 +86,22 @@ if [ ! -f "$PROM_CRDS/.complete" ]; then
   chmod u+w "$PROM_CRDS"/*.yaml
   touch "$PROM_CRDS/.complete"
 fi
+# CloudNativePG's CRDs (Cluster, ScheduledBackup) and its Barman Cloud Plugin's (ObjectStore) for the
+# deploy/k8s/postgres checks: the Go module proxy serves both modules, whose config/crd/bases hold them. Once.
+CNPG_CRDS=build/cloudnative-pg/crds
+if [ ! -f "$CNPG_CRDS/.complete" ]; then
+  echo "==> fetching CloudNativePG 1.29.0 and Barman Cloud Plugin 0.15.0 CRDs into $CNPG_CRDS"
+  gomod=$(mktemp -d)
+  mkdir -p "$CNPG_CRDS"
+  for wanted in "github.com/cloudnative-pg/cloudnative-pg@v1.29.0 postgresql.cnpg.io_clusters postgresql.cnpg.io_scheduledbackups" \
+    "github.com/cloudnative-pg/plugin-barman-cloud@v0.15.0 barmancloud.cnpg.io_objectstores"; do
+    read -r module crds <<<"$wanted"
+    dir=$(cd "$gomod" && GOPATH="$gomod" GOFLAGS=-mod=mod go mod download -json "$module" \
+      | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+    for crd in $crds; do cp "$dir/config/crd/bases/$crd.yaml" "$CNPG_CRDS/"; done
+  done
+  chmod -R u+w "$gomod" && rm -rf "$gomod"
+  chmod u+w "$CNPG_CRDS"/*.yaml
+  touch "$CNPG_CRDS/.complete"
+fi
 echo "==> setup done"

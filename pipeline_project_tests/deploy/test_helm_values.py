@@ -257,6 +257,7 @@ def test_the_user_deployment_serves_the_project_module_and_runs_on_k8s():
     assert deployment["includeConfigInLaunchedRuns"]["enabled"] is False
     assert values["runLauncher"]["type"] == "K8sRunLauncher"
     assert values["postgresql"]["enabled"] is False and values["generatePostgresqlPasswordSecret"] is False
-    assert values["postgresql"]["postgresqlHost"].split(".")[0] == "postgres"  # deploy/k8s/base/postgres.yaml's Service
+    # CloudNativePG Cluster dagster-db's primary (deploy/k8s/postgres/clusters.yaml; test_postgres.py checks the rest)
+    assert values["postgresql"]["postgresqlHost"].split(".")[0] == "dagster-db-rw"
     assert re.fullmatch(r"\d+\.\d+\.\d+", str(deployment["image"]["tag"]))  # a fixed tag, never latest
     assert deployment["envConfigMaps"] == [{"name": "pipeline-settings"}]

@@ -16,6 +16,7 @@ from pipeline_project.defs.resources.layout import PipelineLayout
 from pipeline_project.streaming.kafka.client import KafkaSettings
 from pipeline_project.streaming.ledger.records import ledger_topic
 from pipeline_project.streaming.load.config import dead_letter_topic_for
+from pipeline_project.streaming.retractions.topic import retractions_topic
 from pipeline_project_tests.deploy.helpers import (
     K8S,
     STRIMZI_KINDS,
@@ -137,6 +138,11 @@ def test_the_kafka_login_is_what_the_settings_and_the_acls_expect():
     for name in (topic, ledger_topic(topic)):
         # ensure_topic: CreateTopics (authorized before "already exists"), DescribeConfigs; producer, loader
         assert {"Create", "Describe", "DescribeConfigs", "Read", "Write"} <= acls[("topic", name, "literal")]
+    # the retractions: the trainer's loaders read them (RetractionReader: Describe for the watermarks, Read);
+    # `ledger retire` and the operator's commands check the topic (ensure_retractions_topic) and write a request
+    assert {"Describe", "Read"} | {"Create", "DescribeConfigs", "Write"} <= acls[
+        ("topic", retractions_topic(topic), "literal")
+    ]
     # the loader's dead letters: ensure_topic on the first one, then produce
     assert {"Create", "Describe", "DescribeConfigs", "Write"} <= acls[
         ("topic", dead_letter_topic_for(topic), "literal")
@@ -155,19 +161,6 @@ def test_the_trainer_pod_of_the_cluster_settings_mounts_the_kafka_ca_where_the_s
     (cluster,) = [doc for _, doc in KAFKA if doc["kind"] == "Kafka"]
     mount = launch.secret_volumes[f"{cluster['metadata']['name']}-cluster-ca-cert"]
     assert ca_path == f"{mount}/ca.crt"
-
-
-def test_postgres_init_creates_the_databases_the_urls_name():
-    (init,) = [doc for _, doc in BASE if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == "postgres-init"]
-    sql = "\n".join(init["data"].values())
-    values = yaml.safe_load((K8S / "dagster" / "values.yaml").read_text())
-    (mlflow,) = [doc for _, doc in BASE if doc["kind"] == "Deployment" and doc["metadata"]["name"] == "mlflow"]
-    backend = next(
-        a for a in mlflow["spec"]["template"]["spec"]["containers"][0]["command"] if "--backend-store-uri" in a
-    )
-    for db in (values["postgresql"]["postgresqlDatabase"], backend.rsplit("/", 1)[1]):
-        assert f"CREATE DATABASE {db} " in sql
-    assert _settings()["PIPELINE_POSTGRES_URL"].rsplit("/", 1)[1] == "pipeline"  # POSTGRES_DB itself
 
 
 def test_the_tiered_cluster_is_the_base_one_with_the_token_topic_tiered():

@@ -2,8 +2,9 @@
 
 The expected layouts come from the project's own code, not from copies: `PipelineLayout`'s defaults (its
 `topic_config()` included) go through the real `ensure_topic` (the token topic, as the `token_blocks` asset
-calls it), the real `ensure_ledger_topic` (its ledger) and the loader's real `DeadLetterSink` (its dead-letter
-topic, `<topic>.dlq`), and the test records the NewTopic they would create.
+calls it), the real `ensure_ledger_topic` (its ledger), the real `ensure_retractions_topic` (its retractions,
+`<topic>.retractions`) and the loader's real `DeadLetterSink` (its dead-letter topic, `<topic>.dlq`), and the test
+records the NewTopic they would create.
 So a change to the partitions, the replication, min.insync.replicas, retention or compaction in the code fails
 this test until the YAML follows.
 """
@@ -21,6 +22,7 @@ from pipeline_project.streaming.kafka import topics
 from pipeline_project.streaming.ledger import records as ledger
 from pipeline_project.streaming.load.config import dead_letter_topic_for
 from pipeline_project.streaming.load.dead_letters import DeadLetterSink
+from pipeline_project.streaming.retractions import topic as retractions
 from pipeline_project_tests.deploy.helpers import K8S, yaml_docs
 
 
@@ -75,6 +77,9 @@ def _demanded(monkeypatch) -> dict[str, dict]:
     with pytest.raises(_Created) as created:
         ledger.ensure_ledger_topic(admin, layout.topic.name)
     demanded[ledger.ledger_topic(layout.topic.name)] = created.value.layout
+    with pytest.raises(_Created) as created:
+        retractions.ensure_retractions_topic(admin, layout.topic.name)  # what write_retraction does first
+    demanded[retractions.retractions_topic(layout.topic.name)] = created.value.layout
     dlq = dead_letter_topic_for(layout.topic.name)
     kafka = SimpleNamespace(make_admin=lambda: admin)
     with pytest.raises(_Created) as created:
@@ -97,7 +102,7 @@ def _declared(path=K8S / "kafka" / "topics.yaml") -> dict[str, dict]:
 def test_kafka_topics_equal_what_ensure_topic_demands(monkeypatch):
     demanded = _demanded(monkeypatch)
     # the default topic names, all declared
-    assert set(demanded) == {"token-blocks", "token-blocks.ledger", "token-blocks.dlq"}
+    assert set(demanded) == {"token-blocks", "token-blocks.ledger", "token-blocks.retractions", "token-blocks.dlq"}
     assert _declared() == demanded
 
 
@@ -113,6 +118,15 @@ def test_the_tiered_cluster_declares_the_same_topics(monkeypatch):
 def test_the_dead_letter_topic_keeps_each_letter_once(monkeypatch):
     dlq = _demanded(monkeypatch)["token-blocks.dlq"]
     assert dlq["partitions"] == 1 and dlq["config"]["cleanup.policy"] == "compact"
+
+
+def test_the_retractions_topic_has_the_ledger_topics_layout(monkeypatch):
+    """Issue 40: compacted, one partition, replicated like the data topic, as the ledger topic."""
+    demanded = _demanded(monkeypatch)
+    assert demanded["token-blocks.retractions"] == demanded["token-blocks.ledger"]
+    assert demanded["token-blocks.retractions"]["config"]["cleanup.policy"] == "compact"
+    declared = _declared()
+    assert declared["token-blocks.retractions"] == declared["token-blocks.ledger"]
 
 
 def test_the_ledger_is_compacted_and_the_token_topic_keeps_its_blocks(monkeypatch):

@@ -1,7 +1,8 @@
 """Every pod that reaches S3 runs under a service account the deploy files define with its IRSA annotation (the
 IAM role a pod of it assumes on EKS): a placeholder role that deploy/README.md tells a team to set, never a
 commented-out template. The S3 users: the run pods (ingest writes shards), the trainer pods and the JobSet
-(checkpoints), MLflow (artifacts), the webserver and the daemon (step logs), the code server (the raw S3 sensor)."""
+(checkpoints), MLflow (artifacts), the webserver and the daemon (step logs), the code server (the raw S3 sensor),
+and the PostgreSQL instance pods of each CloudNativePG Cluster (their WAL archive and base backups)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ def _s3_users() -> dict[str, str]:
         "MLflow": mlflow["spec"]["template"]["spec"].get("serviceAccountName", "default"),
         "webserver and daemon": helm_render.main_service_account(values),
         "code server": helm_render.user_code_service_account(values),
+    } | {
+        # CloudNativePG runs a Cluster's instance pods, and the Barman Cloud Plugin's sidecar, as the service account
+        # named after the Cluster, made from its serviceAccountTemplate
+        f"PostgreSQL {d['metadata']['name']}": d["metadata"]["name"]
+        for _, d in k8s_manifests("postgres")
+        if d["kind"] == "Cluster"
     }
 
 
@@ -44,6 +51,9 @@ def _defined() -> dict[str, dict[str, str]]:
     accounts[helm_render.main_service_account(values)] = values["serviceAccount"]["annotations"]
     sub = values[helm_render.SUBCHART]["serviceAccount"]
     accounts[helm_render.user_code_service_account(values)] = sub["annotations"]
+    for _, d in k8s_manifests("postgres"):
+        if d["kind"] == "Cluster" and "serviceAccountName" not in d["spec"]:
+            accounts[d["metadata"]["name"]] = d["spec"]["serviceAccountTemplate"]["metadata"]["annotations"]
     return accounts
 
 
