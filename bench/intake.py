@@ -127,6 +127,13 @@ def main() -> None:
     parser.add_argument("--late-every", type=float, default=0.25, help="seconds between them")
     parser.add_argument("--interval", type=float, default=15.0, help="the daemon's wait between ticks")
     parser.add_argument("--shared", action="store_true", help="the running local stack's S3, not one of its own")
+    parser.add_argument(
+        "--s3-backend",
+        choices=("filesystem", "transient"),
+        default="filesystem",
+        help="the bench's own s3proxy store: the stack's filesystem one lists ~20 keys/s at 10^5 objects (each page "
+        "scans the folder), so 10^5 runs on the in-memory one",
+    )
     args = parser.parse_args()
 
     from pipeline_project.defs.resources.layout import IntakeConfig
@@ -139,7 +146,9 @@ def main() -> None:
         stack = Stack()
     else:
         root = Path(tempfile.mkdtemp(prefix="bench-intake-"))
-        stack = Stack(StackConfig(state_dir=root / "state", s3_port=free_ports(1)[0]))
+        port = free_ports(1)[0]
+        config = StackConfig(state_dir=root / "state", s3_port=port, s3_backend=args.s3_backend, s3_heap="1g")
+        stack = Stack(config)
         stack.up(["s3"], timeout=180)
     try:
         settings = stack.settings()
@@ -172,6 +181,7 @@ def main() -> None:
             + f" --late-every {args.late_every} --interval {args.interval}"
             + (" --shared" if args.shared else ""),
             "objects": args.objects,
+            "s3_backend": "shared stack" if args.shared else args.s3_backend,
             "prefixes": args.prefixes,
             "intake": intake.model_dump(),
             "upload_s": round(upload_s, 1),

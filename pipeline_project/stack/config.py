@@ -90,6 +90,9 @@ class StackConfig:
     """The mechanism clients are told to use; the SASL_SSL listener accepts SCRAM-SHA-512/256 and PLAIN."""
     kafka_heap: str = "512m"
     s3_heap: str = "256m"
+    s3_backend: str = "filesystem"
+    """s3proxy's store: "filesystem" (durable under the state dir; a listing page scans the whole folder, so it
+    slows to ~20 keys/s at 10^5 objects) or "transient" (in memory, gone at stop; for benchmarks at that size)."""
     repo_root: Path = REPO_ROOT
     prometheus_port: int = field(
         default_factory=lambda: _port_from_env("PIPELINE_PROMETHEUS_PORT", client_settings.LOCAL_PROMETHEUS_PORT)

@@ -1,4 +1,5 @@
-"""s3proxy (S3 protocol over HTTP) with its filesystem backend, durable under the state directory."""
+"""s3proxy (S3 protocol over HTTP) with its filesystem backend, durable under the state directory (or in memory:
+`StackConfig.s3_backend`)."""
 
 from __future__ import annotations
 
@@ -43,14 +44,18 @@ class S3Service(Service):
         ]
 
     def properties(self) -> dict[str, str]:
+        backend = self.config.s3_backend
+        if backend not in ("filesystem", "transient"):
+            raise ValueError(f"s3_backend {backend!r}: filesystem or transient")
+        store = {"jclouds.filesystem.basedir": str(self.dir / "data")} if backend == "filesystem" else {}
         return {
             "s3proxy.endpoint": self.config.s3_endpoint,
             "s3proxy.authorization": "aws-v2-or-v4",
             "s3proxy.identity": self.config.s3_access_key,
             "s3proxy.credential": self.config.s3_secret_key,
             "s3proxy.ignore-unknown-headers": "true",
-            "jclouds.provider": "filesystem",
-            "jclouds.filesystem.basedir": str(self.dir / "data"),
+            "jclouds.provider": backend,
+            **store,
         }
 
     def prepare(self) -> None:

@@ -144,3 +144,14 @@ def test_dagster_prepare_writes_only_under_the_state_dir(tmp_path):
     service.prepare()
     assert (service.home / "dagster.yaml").is_file()
     assert list(repo.rglob("*")) == [repo / "pipeline_project"], "the source tree is never written"
+
+
+def test_s3proxy_stores_on_disk_by_default_or_in_memory_when_asked(tmp_path):
+    from pipeline_project.stack.s3 import S3Service
+
+    disk = S3Service(StackConfig(state_dir=tmp_path)).properties()
+    assert disk["jclouds.provider"] == "filesystem" and disk["jclouds.filesystem.basedir"].startswith(str(tmp_path))
+    memory = S3Service(StackConfig(state_dir=tmp_path, s3_backend="transient")).properties()
+    assert memory["jclouds.provider"] == "transient" and "jclouds.filesystem.basedir" not in memory
+    with pytest.raises(ValueError, match="filesystem or transient"):
+        S3Service(StackConfig(state_dir=tmp_path, s3_backend="ram")).properties()
