@@ -22,8 +22,8 @@ tick, which reads every batch, once at the largest size):
 | UI: partition statuses | the asset page's `assetPartitionStatuses` (every materialized / failed key) |
 | UI: partition keys | `partitionKeys` (every key, what the partitions page lists) |
 
-Also reported: the bytes of the carried state (the trigger's cursor) when every batch is untrained, and the
-database's size per batch.
+Also reported: the bytes of the carried state (the trigger's cursor) and the backlog's rows in its store (schema
+`pipeline_backlog` of the same database) when every batch is untrained, and the database's size per batch.
 
     .venv/bin/python bench/dagster_scale.py [--sizes 10000,100000,1000000] [--repeats 3]
 
@@ -52,6 +52,7 @@ import psycopg2  # noqa: E402
 from bench_results import host, load_line, print_table, write  # noqa: E402
 
 from pipeline_project.defs.assets.backlog import BacklogState, untrained_backlog  # noqa: E402
+from pipeline_project.defs.assets.backlog.store import PostgresBacklogStore  # noqa: E402
 from pipeline_project.defs.instance import PARTITION_TAG, batch_outcomes  # noqa: E402
 from pipeline_project.defs.partitions import batches  # noqa: E402
 from pipeline_project.stack import Stack  # noqa: E402
@@ -173,7 +174,8 @@ def timed(call: Callable[[], object], repeats: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def measure(instance: dg.DagsterInstance, size: int, repeats: int, cold_repeats: int, whole_cold_max: int) -> dict:
+def measure(instance: dg.DagsterInstance, size: int, repeats: int, cold_repeats: int, whole_cold_max: int,
+            store) -> dict:  # fmt: skip
     rows: dict[str, float] = {}
     fresh = [f"bnew-{size}-{uuid.uuid4().hex[:8]}-{k}" for k in range(repeats)]
     it = iter(fresh)
@@ -189,18 +191,18 @@ def measure(instance: dg.DagsterInstance, size: int, repeats: int, cold_repeats:
     assert len(newest) == 500 and len(failed) == sum(1 for i in range(size) if i % FAILED_EVERY == 7), len(failed)
     from pipeline_project.defs.sensors.checkpoint_trigger import TICK_BUDGET_S
 
-    rows["trigger tick, first (budgeted)"], first = timed(lambda: _cold_tick(instance, TICK_BUDGET_S), 1)
+    rows["trigger tick, first (budgeted)"], first = timed(lambda: _cold_tick(instance, store, TICK_BUDGET_S), 1)
     if size <= whole_cold_max:
-        rows["trigger: read every batch"], cold = timed(lambda: _cold_tick(instance), cold_repeats)
+        rows["trigger: read every batch"], cold = timed(lambda: _cold_tick(instance, store), cold_repeats)
     else:
         cold = first
         while not cold[0].caught_up:  # the ticks that follow, until it has read every batch
-            cold = (untrained_backlog(instance, cold[1], budget_s=TICK_BUDGET_S), cold[1])
+            cold = (untrained_backlog(instance, cold[1], budget_s=TICK_BUDGET_S, store=store), cold[1])
     state = cold[1]
     for i in range(10):
         instance.report_runless_asset_event(dg.AssetMaterialization("token_blocks", partition=fresh[0],
                                                                     metadata=metadata(size + i)))  # fmt: skip
-    rows["trigger tick, carried"], _ = timed(lambda: untrained_backlog(instance, state), repeats)
+    rows["trigger tick, carried"], _ = timed(lambda: untrained_backlog(instance, state, store=store), repeats)
     rows |= ui_times(instance, repeats)
     return {
         "seconds": rows,
@@ -208,6 +210,7 @@ def measure(instance: dg.DagsterInstance, size: int, repeats: int, cold_repeats:
         "untrained_batches": cold[0].batches,
         "first_tick_batches": first[0].batches,
         "carried_state_bytes": len(state.to_cursor()),
+        "backlog_rows": store.size(state.scope),
     }
 
 
@@ -238,9 +241,9 @@ def ui_times(instance: dg.DagsterInstance, repeats: int) -> dict[str, float]:
     return out
 
 
-def _cold_tick(instance: dg.DagsterInstance, budget_s: float | None = None):
+def _cold_tick(instance: dg.DagsterInstance, store, budget_s: float | None = None):
     state = BacklogState()
-    return untrained_backlog(instance, state, budget_s=budget_s), state
+    return untrained_backlog(instance, state, budget_s=budget_s, store=store), state
 
 
 def main() -> None:
@@ -272,6 +275,7 @@ def main() -> None:
             make_templates(instance)
             loader = Loader(url)
             loader.capture()
+            store = PostgresBacklogStore(url)  # the trigger's backlog, in the same server as in a deployment
             loaded = 0
             for size in sizes:
                 t0 = time.perf_counter()
@@ -279,12 +283,13 @@ def main() -> None:
                 load_s = time.perf_counter() - t0
                 loaded = size
                 cold_repeats = 1 if size == sizes[-1] else args.repeats
-                row = measure(instance, size, args.repeats, cold_repeats, args.whole_cold_max)
+                row = measure(instance, size, args.repeats, cold_repeats, args.whole_cold_max, store)
                 row |= {"batches": size, "load_s": round(load_s, 1), "db_bytes": loader.size_bytes(),
                         "load_avg_1m": os.getloadavg()[0]}  # fmt: skip
                 results.append(row)
                 print(f"{size:,} batches loaded in {load_s:.0f} s; measured (load {row['load_avg_1m']:.2f})",
                       flush=True)  # fmt: skip
+            store.close()
             instance.dispose()
             loader.conn.close()
     finally:

@@ -1,12 +1,18 @@
-"""The checkpoint trigger's tick as batches accumulate: a tick that counts every token_blocks materialization (a
-tick without a cursor, as every tick was before the trigger carried its backlog) against a tick that carries its
-backlog in its cursor and reads the one batch materialized since.
+"""The checkpoint trigger's tick and carried state at 10^5 .. 10^6 untrained batches, on a PostgreSQL-backed instance.
 
-N batches are reported to a temporary Dagster instance (SQLite storage, as `dagster dev` without PostgreSQL)
-with real-size metadata; a checkpoint trains all but the last 10. Each tick is timed `--repeats` times (median).
+A fresh database on the local stack's PostgreSQL (dropped at the end) holds a Dagster instance's storage, bulk-loaded
+(COPY, `dagster_scale.Loader`) with batches shaped as a real one leaves them (partition, run, a `token_blocks`
+materialization with real-size metadata; 1 in 1,000 failed); no checkpoint, so every batch is untrained (a corpus
+cleaned long before training starts). The trigger keeps its backlog in the same server (`TrainingTrigger.backlog_url`,
+schema `pipeline_backlog` of that database) where the code has that setting. At each size: the sensor's ticks from
+nothing until it has counted every batch (each within its 20 s budget; their number and total time), then
+`--repeats` carried ticks, each after 10 new batches (median), the cursor's bytes and the backlog rows in the store.
 
-Usage:  .venv/bin/python bench/trigger_tick.py [--batches 1000 10000] [--repeats 3]
-Prints a markdown table, writes bench/results/trigger_tick.json.
+Run it from another checkout (`git worktree add /tmp/before HEAD~1; .venv/bin/python /tmp/before/bench/trigger_tick.py`)
+to measure that code under the same load: it imports the checkout it sits in.
+
+Usage:  .venv/bin/python bench/trigger_tick.py [--sizes 100000,1000000] [--repeats 3]
+Prints a markdown table, writes bench/results/trigger_tick.json (`--out` to name another file).
 """
 
 from __future__ import annotations
@@ -14,105 +20,140 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
-import dagster as dg
-from bench_results import host, load_line, print_table, write
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from pipeline_project.defs.assets.backlog import BacklogState
-from pipeline_project.defs.resources.trainer import TrainerResource
-from pipeline_project.defs.resources.trigger import TrainingTrigger
-from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
+import dagster as dg  # noqa: E402
+import psycopg2  # noqa: E402
+from bench_results import host, load_line, print_table, write  # noqa: E402
+from dagster_scale import Loader, make_templates, metadata  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "trigger_tick.json"
-PARTITIONS = 8
+from pipeline_project.defs.resources.trainer import TrainerResource  # noqa: E402
+from pipeline_project.defs.resources.trigger import TrainingTrigger  # noqa: E402
+from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor  # noqa: E402
+from pipeline_project.defs.sensors.trigger_policy import TriggerCursor  # noqa: E402
+from pipeline_project.settings import Settings  # noqa: E402
 
-NEVER = TrainingTrigger(min_new_tokens=10**15)  # never request a run: only the counting is timed
-
-
-def materialize(instance: dg.DagsterInstance, i: int) -> None:
-    ranges = {str(p): [i * 10, i * 10 + 9] for p in range(PARTITIONS)}
-    table = "\n".join(f"| {p} | {a} | {b} | 10 |" for p, (a, b) in ranges.items())
-    instance.report_runless_asset_event(
-        dg.AssetMaterialization(
-            "token_blocks",
-            partition=f"batch-{i:08d}",
-            metadata={
-                "tokens": 4_000_000,
-                "offset_ranges": ranges,
-                "offsets_table": dg.MetadataValue.md(
-                    "| partition | first | last | offsets |\n|---|---|---|---|\n" + table
-                ),
-                "kafka_stats": {k: 12345.6 for k in ("tx_bytes", "rx_bytes", "tx_msgs", "broker_rtt_avg_ms")},
-                "stage_seconds": dict.fromkeys(("setup", "read", "tokenize", "pack", "encode", "produce"), 0.1),
-                "topic": "token-blocks",
-            },
-        )
-    )
+RESULTS = REPO / "bench" / "results" / "trigger_tick.json"
+COUNTING = "counting the untrained backlog"
 
 
-def checkpoint(instance: dg.DagsterInstance, offset: int) -> None:
-    position = {str(p): {"offset": offset, "block": 0} for p in range(PARTITIONS)}
-    instance.report_runless_asset_event(
-        dg.AssetMaterialization("deepseek_checkpoint", metadata={"end_position": dg.MetadataValue.json(position)})
-    )
+def trigger(url: str) -> TrainingTrigger:
+    """A trigger that never requests a run (only the counting is timed), its backlog in `url` where it can be."""
+    extra = {"backlog_url": url} if "backlog_url" in TrainingTrigger.model_fields else {}
+    return TrainingTrigger(min_new_tokens=10**15, **extra)
 
 
-def tick(instance: dg.DagsterInstance, cursor: str | None) -> tuple[float, str]:
+def tick(instance: dg.DagsterInstance, url: str, cursor: str | None) -> tuple[float, str, str]:
     t0 = time.perf_counter()
     with dg.build_sensor_context(
-        instance=instance, cursor=cursor, resources={"trigger": NEVER, "trainer": TrainerResource()}
+        instance=instance, cursor=cursor, resources={"trigger": trigger(url), "trainer": TrainerResource()}
     ) as ctx:
         result = checkpoint_trigger_sensor(ctx)
-    return time.perf_counter() - t0, result.cursor
+    reason = result.skip_reason.skip_message if result.skip_reason else "requested"
+    return time.perf_counter() - t0, result.cursor, reason
+
+
+def backlog_rows(url: str, cursor: str) -> int:
+    """The batches the carried state holds: rows in the store (this code), or entries in the cursor (before it)."""
+    backlog = TriggerCursor.from_cursor(cursor).backlog
+    if hasattr(backlog, "pending"):
+        return len(backlog.pending)
+    from pipeline_project.defs.assets.backlog.store import PostgresBacklogStore
+
+    store = PostgresBacklogStore(url)
+    try:
+        return store.size(backlog.scope)
+    finally:
+        store.close()
+
+
+def store_bytes(url: str) -> int:
+    with psycopg2.connect(url) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE n.nspname = 'pipeline_backlog' AND c.relkind = 'r'")  # fmt: skip
+        return int(cur.fetchone()[0])
+
+
+def measure(instance: dg.DagsterInstance, url: str, size: int, repeats: int, cursor: str | None) -> tuple[dict, str]:
+    t0, ticks, reason = time.perf_counter(), 0, COUNTING
+    while reason.startswith(COUNTING):
+        _, cursor, reason = tick(instance, url, cursor)
+        ticks += 1
+    catch_up_s = time.perf_counter() - t0
+    carried = []
+    for r in range(repeats):
+        for i in range(10):
+            instance.report_runless_asset_event(dg.AssetMaterialization("token_blocks", partition=f"new-{size}-{r}-{i}",
+                                                                        metadata=metadata(size + i)))  # fmt: skip
+        seconds, cursor, reason = tick(instance, url, cursor)
+        carried.append(seconds)
+    row = {"batches": size, "catch_up_ticks": ticks, "catch_up_s": round(catch_up_s, 1),
+           "carried_tick_s": statistics.median(carried), "carried_runs_s": carried, "cursor_bytes": len(cursor),
+           "backlog_batches": backlog_rows(url, cursor), "store_bytes": store_bytes(url), "skip_reason": reason,
+           "load_avg_1m": os.getloadavg()[0]}  # fmt: skip
+    return row, cursor
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--batches", type=int, nargs="+", default=[1000, 10000])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    load_start = os.getloadavg()[0]
-    rows = []
-    with dg.instance_for_test() as instance:
-        done = 0
-        for n in args.batches:
-            while done < n:
-                materialize(instance, done)
-                done += 1
-            checkpoint(instance, (n - 10) * 10)
-            cold = [tick(instance, None)[0] for _ in range(args.repeats)]
-            _, cursor = tick(instance, None)
-            warm = []
-            for _ in range(args.repeats):
-                materialize(instance, done)
-                done += 1
-                seconds, cursor = tick(instance, cursor)
-                warm.append(seconds)
-            pending = len(BacklogState.from_cursor(cursor).pending)
-            rows.append({"batches": n, "tick_without_cursor_s": statistics.median(cold),
-                         "tick_with_cursor_s": statistics.median(warm), "cursor_bytes": len(cursor),
-                         "pending_batches": pending, "runs": {"cold": cold, "warm": warm}})  # fmt: skip
-            print(f"{n} batches done", flush=True)
-    result = {"host": host(load_start), "repeats": args.repeats, "rows": rows}
-    write(RESULTS, result)
-    print(f"\nCheckpoint trigger tick, median of {args.repeats} (SQLite instance; {load_line(result)})\n")
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    load_start, t_start = os.getloadavg()[0], time.time()
+    base = Settings().postgres_url
+    database = f"trigger_tick_{int(time.time())}"
+    admin = psycopg2.connect(base)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{database}"')
+    url = base.rsplit("/", 1)[0] + f"/{database}"
+    rows, cursor = [], None
+    try:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as home:
+            sa_url = url.replace("postgresql://", "postgresql+psycopg2://", 1)
+            Path(home, "dagster.yaml").write_text(f"storage:\n  postgres:\n    postgres_url: {sa_url}\n")
+            instance = dg.DagsterInstance.from_config(home)
+            make_templates(instance)
+            loader = Loader(url)
+            loader.capture()
+            loaded = 1
+            for size in sizes:
+                t0 = time.perf_counter()
+                loader.load(loaded, size)
+                loaded = size
+                print(f"{size:,} batches loaded in {time.perf_counter() - t0:.0f} s", flush=True)
+                row, cursor = measure(instance, url, size, args.repeats, cursor)
+                rows.append(row)
+                print(f"{size:,}: {row}", flush=True)
+            instance.dispose()
+            loader.conn.close()
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'")
+            cur.execute(f'DROP DATABASE IF EXISTS "{database}"')
+        admin.close()
+    result = {"command": "python bench/trigger_tick.py " + " ".join(sys.argv[1:]), "code": str(REPO),
+              "host": host(load_start), "wall_s": round(time.time() - t_start, 1), "rows": rows}  # fmt: skip
+    write(args.out, result)
+    print(f"\nCheckpoint trigger, every batch untrained ({load_line(result)})\n")
     print_table(
-        ["token_blocks batches", "tick counting every batch", "tick carrying its backlog", "cursor", "batches in it"],
-        ["r"] * 5,
-        [
-            [
-                f"{r['batches']:,}",
-                f"{r['tick_without_cursor_s']:.3f} s",
-                f"{r['tick_with_cursor_s']:.3f} s",
-                f"{r['cursor_bytes']:,} B",
-                str(r["pending_batches"]),
-            ]
-            for r in rows
-        ],
-    )
-    print(f"results: {RESULTS}")
+        ["untrained batches", "ticks to count them", "their time", "carried tick (10 new)", "cursor", "batches kept"],
+        ["r"] * 6,
+        [[f"{r['batches']:,}", str(r["catch_up_ticks"]), f"{r['catch_up_s']:.0f} s",
+          f"{r['carried_tick_s'] * 1000:,.0f} ms", f"{r['cursor_bytes']:,} B", f"{r['backlog_batches']:,}"]
+         for r in rows],
+    )  # fmt: skip
+    print(f"results: {args.out}")
 
 
 if __name__ == "__main__":

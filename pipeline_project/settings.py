@@ -75,6 +75,10 @@ def _env(name: str, default: str) -> str:
     return value if value else default
 
 
+def _comma_list(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
 def _off_is_empty(value: str) -> str:
     return "" if value.strip().lower() == "off" else value
 
@@ -209,6 +213,12 @@ class Settings:
             f"{_env('PIPELINE_POSTGRES_PORT', str(LOCAL_POSTGRES_PORT))}/pipeline",
         ),
         repr=False,
+    )
+    # The dedup index split across PostgreSQL servers (`cleaning/dedup/sharded.py`): their URLs, comma separated, in
+    # a fixed order (a document's shard is a hash of its exact key mod their number). Unset: the one index in
+    # PIPELINE_POSTGRES_URL; one URL: the one index there. Without passwords, as PIPELINE_POSTGRES_URL.
+    dedup_shard_urls: tuple[str, ...] = field(
+        default_factory=lambda: _comma_list(_env("PIPELINE_DEDUP_SHARD_URLS", "")), repr=False
     )
     # JSON of resources.launchers.TrainerLaunch ({"launcher": "k8s", "image": ...}); unset: a local subprocess
     trainer_launch: str | None = field(default_factory=lambda: _env_or_none("PIPELINE_TRAINER_LAUNCH"))

@@ -41,7 +41,7 @@ def test_pure_tests_in_a_service_folder_are_in_the_fast_tier():
     fast = _collected(
         "-m", "not integration and not fault and not cluster", "pipeline_project_tests/stack/test_units.py"
     )
-    assert len(fast) == 14  # every test of the file: none needs a service
+    assert len(fast) == 15  # every test of the file: none needs a service
 
 
 def test_the_tests_of_the_shared_dagster_share_one_group():

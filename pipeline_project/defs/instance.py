@@ -30,19 +30,34 @@ class BatchOutcome:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
-def _failure(instance, run_id: str) -> tuple[str, str]:
+def _failures(instance, run_ids: set[str], page: int = 1000) -> dict[str, tuple[str, str]]:
+    """Run id -> (the step that failed, the first line of its error) for `run_ids`: the newest step failure of each,
+    else its run failure. Read a page of failure events at a time across runs (newest first), so the cost grows
+    with the failures on record, not with one query per failed batch."""
     import dagster as dg
 
+    found: dict[str, tuple[str, str]] = {}
     for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE):
-        events = instance.all_logs(run_id, of_type=kind)
-        if events:
-            event = events[-1].dagster_event
-            error = getattr(event.event_specific_data, "error", None)
-            while error is not None and error.cause is not None:  # "Exceeded max_retries" wraps the error itself
-                error = error.cause
-            message = (error.message if error is not None else event.message) or ""
-            return event.step_key or "", (message.strip().splitlines() or [""])[0]
-    return "", ""
+        cursor = None
+        while run_ids - found.keys():
+            records = instance.event_log_storage.get_event_records(
+                dg.EventRecordsFilter(event_type=kind, before_cursor=cursor), limit=page, ascending=False
+            )
+            for record in records:
+                if record.run_id in run_ids and record.run_id not in found:
+                    found[record.run_id] = _describe(record.event_log_entry.dagster_event)
+            if len(records) < page:
+                break
+            cursor = records[-1].storage_id
+    return found
+
+
+def _describe(event) -> tuple[str, str]:
+    error = getattr(event.event_specific_data, "error", None)
+    while error is not None and error.cause is not None:  # "Exceeded max_retries" wraps the error itself
+        error = error.cause
+    message = (error.message if error is not None else event.message) or ""
+    return event.step_key or "", (message.strip().splitlines() or [""])[0]
 
 
 def _status(batch: str, done: set[str], run) -> tuple[str, object]:
@@ -88,15 +103,18 @@ def batch_outcomes(
         names = list(reversed(newest))
     done = _done(instance, names)
     runs = _newest_runs(instance, [b for b in names if b not in done])
+    statuses = {batch: _status(batch, done, runs.get(batch)) for batch in names}
+    failing = {run.run_id for status, run in statuses.values() if run is not None and status in ("failed", "retrying")}
+    failures = _failures(instance, failing) if failing else {}
     out = []
     for batch in names:
-        status, run = _status(batch, done, runs.get(batch))
+        status, run = statuses[batch]
         if failed_only and status != "failed":
             continue
         if run is None:
             out.append(BatchOutcome(batch, status))
             continue
-        step, error = _failure(instance, run.run_id) if status in ("failed", "retrying") else ("", "")
+        step, error = failures.get(run.run_id, ("", "")) if status in ("failed", "retrying") else ("", "")
         objects = ()
         if status == "failed" and read_manifest is not None:
             objects = tuple(o.key for o in read_manifest(batch).objects)

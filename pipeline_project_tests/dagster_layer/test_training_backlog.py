@@ -20,7 +20,7 @@ def test_a_training_launch_with_a_hundred_thousand_untrained_batches_starts(
     instance, resources, layout, s3, uid, monkeypatch
 ):
     backlog = {f"b20261207T120000-{i:010x}": {str(i % 8): [i, i + 40]} for i in range(BATCHES)}
-    monkeypatch.setattr(checkpoint_module, "untrained_topic_batches", lambda _instance, _topic: backlog)
+    monkeypatch.setattr(checkpoint_module, "untrained_topic_batches", lambda _instance, _topic, *_store: backlog)
     ensure_topic(resources["kafka"].admin(), layout.topic.name, replication_factor=1, min_insync_replicas=1)
     resources["trainer"] = TrainerResource(run_name=f"it-{uid}", batch_size=4, max_steps=1)
     result = dg.materialize(

@@ -18,6 +18,8 @@ ABSENT = {
     "PIPELINE_POSTGRES_PORT": "local stack port; deployments set PIPELINE_POSTGRES_URL",
     "PIPELINE_PUSHGATEWAY_PORT": "local stack port; deployments set PIPELINE_PUSHGATEWAY_URL",
     "WORLD_SIZE": "set by torchrun in each trainer process, never by a deployment",
+    "PIPELINE_DEDUP_SHARD_URLS": "unset: one dedup index at PIPELINE_POSTGRES_URL; a deployment that splits it adds "
+    "the shards' URLs (deploy/README.md, docs/limits.md: takedown and retune reach only the main database yet)",
     "RANK": "set by torchrun",
     "LOCAL_RANK": "set by torchrun",
     "PIPELINE_TRAIN_MODEL": "the model is each deployment's choice (a preset or a TrainConfig); unset: TrainConfig's",

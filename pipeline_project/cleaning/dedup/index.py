@@ -2,7 +2,8 @@
 to it (`DedupIndex`): first-writer-wins inserts through attempts that are reserved, confirmed, then published or
 abandoned, and the duplicate-cluster counts of the documents it keeps.
 
-Implementations: `postgres.PostgresDedupIndex` (the deployed one, many writers), `memory.MemoryDedupIndex` (one
+Implementations: `postgres.PostgresDedupIndex` (the deployed one, many writers), `sharded.ShardedDedupIndex` (the
+same over several PostgreSQL servers, documents placed by exact-key hash), `memory.MemoryDedupIndex` (one
 process, for tests and small runs); `local.LocalIndex` and `local.ChainedIndex` look up a batch's earlier chunks,
 chained with the cross-batch index.
 """

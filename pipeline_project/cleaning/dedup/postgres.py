@@ -259,7 +259,7 @@ class PostgresDedupIndex:
         """Insert one batch's kept documents as the pending `attempt`; returns {row: reason} for those that a
         published document of another batch holds (first writer wins). Lookups ignore them until `publish`."""
         started = time.perf_counter()
-        self._lock(attempt)
+        self.hold_attempt(attempt)
         args = reserving.rows_of(self, doc_ids, exact_keys, band_keys, signatures)
         for _ in range(_MAX_ROUNDS):
             try:
@@ -267,7 +267,7 @@ class PostgresDedupIndex:
                 break
             except reserving.Blocked as blocked:
                 for other in sorted(blocked.pending):
-                    self._await(other)
+                    self.await_attempt(other)
         else:
             raise DedupStoreUnavailableError(f"dedup index: attempt {attempt} kept meeting pending keys; try again")
         self.traffic.commit_s += time.perf_counter() - started
@@ -291,7 +291,7 @@ class PostgresDedupIndex:
                     f"dedup index: attempt {attempt} was judged dead (its PostgreSQL session ended) and its rows "
                     "deleted; its manifest is written, so re-run the batch to put its documents in the index"
                 )
-        self._unlock(attempt)
+        self.release_attempt(attempt)
 
     def abandon(self, attempt: str) -> None:
         """Give up an attempt after a failure: delete its rows, or publish them if its manifest made it out after
@@ -302,7 +302,7 @@ class PostgresDedupIndex:
                     attempts.remove_attempt(cur, attempt)
             else:
                 self._resolve(attempt, strict=False)
-            self._unlock(attempt)
+            self.release_attempt(attempt)
         except Exception as exc:  # noqa: BLE001 - the failure being handled matters more than this one
             log.warning("dedup index: could not abandon attempt %s now (%s); it will be resolved later", attempt, exc)
 
@@ -323,23 +323,27 @@ class PostgresDedupIndex:
                 self._release(attempt)
         return resolved
 
-    # -- attempts: internals ----------------------------------------------------------------------------------
-    def _lock(self, attempt: str) -> None:
+    # -- attempts: locks (public: the sharded index takes them shard by shard) ---------------------------------
+    def hold_attempt(self, attempt: str) -> None:
         if attempt in self._held:
             return
         with self.cursor() as cur:
             cur.execute("SELECT pg_advisory_lock(%s), pg_backend_pid()", (attempts.lock_key(attempt),))
             self._held[attempt] = cur.fetchone()[1]
 
+    def forget_attempt(self, attempt: str) -> None:
+        """Stop counting the attempt's lock as held (its session ended, taking the lock with it)."""
+        self._held.pop(attempt, None)
+
     def _release(self, attempt: str) -> None:
         with self.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(%s)", (attempts.lock_key(attempt),))
 
-    def _unlock(self, attempt: str) -> None:
+    def release_attempt(self, attempt: str) -> None:
         if self._held.pop(attempt, None) is not None:
             self._release(attempt)
 
-    def _await(self, attempt: str) -> None:
+    def await_attempt(self, attempt: str) -> None:
         """Wait until `attempt`'s session is gone or has finished with it, then resolve it if it is still pending."""
         try:
             with self.cursor() as cur:

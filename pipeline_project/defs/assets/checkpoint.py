@@ -17,16 +17,23 @@ One training at a time, three layers deep:
 """
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
 from pipeline_project.defs.assets.backlog import (
     CHECKPOINT_KEY,
+    BacklogStore,
+    HeadSource,
+    default_store,
     load_training_state,
+    open_store,
     save_training_state,
     untrained_backlog,
 )
+from pipeline_project.defs.assets.backlog.lineage import lineage_head
 from pipeline_project.defs.assets.token_blocks import token_blocks
 from pipeline_project.defs.partitions import (
     RUN_KIND_TAG,
@@ -48,18 +55,17 @@ IN_FLIGHT = [
 ]
 
 
-def untrained_topic_batches(instance: dg.DagsterInstance, topic: str) -> dict[str, dict]:
-    """Batch -> offset ranges of the batches of `topic` (or of no recorded topic) that the newest checkpoint has not
-    wholly trained: what this run can read. The count is carried over from the previous run's (`assets.backlog`), so
-    it reads the materializations since then, not every batch ever."""
+def untrained_topic_batches(
+    instance: dg.DagsterInstance, topic: str, store: BacklogStore | None = None, lineage: HeadSource | None = None
+) -> dict[str, dict]:
+    """Batch -> offset ranges of the batches of `topic` (or of no recorded topic) that the checkpoint head has not
+    wholly trained: what this run can read. The count is carried over from the previous run's (`assets.backlog`,
+    its scope in `store`), so it reads the materializations since then, not every batch ever."""
     state = load_training_state(instance)
-    untrained_backlog(instance, state)
+    store = store if store is not None else default_store(instance)
+    untrained_backlog(instance, state, store=store, lineage=lineage)
     save_training_state(instance, state)
-    return {
-        batch: ranges or {}
-        for batch, (_id, _tokens, ranges, batch_topic) in sorted(state.pending.items())
-        if batch_topic in (None, topic)
-    }
+    return store.batches(state.scope, topic)
 
 
 def is_training_run(run: dg.DagsterRun) -> bool:
@@ -96,6 +102,16 @@ def refuse_if_another_run_trains(instance: dg.DagsterInstance, run_id: str) -> N
             )
 
 
+@contextmanager
+def _backlog_store(kafka: KafkaResource, instance: dg.DagsterInstance) -> Iterator[BacklogStore]:
+    """Training's backlog store: in the ledger index's database (the stand-in beside the instance without one)."""
+    store = open_store(kafka.ledger_index_url, getattr(instance, "root_directory", None))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 class TrainingRunConfig(dg.Config):
     """One training run's own bounds, set per run (the trigger sensor sets them; the UI's launchpad may)."""
 
@@ -126,7 +142,9 @@ def deepseek_checkpoint(
     from pipeline_project.cleaning.output.publish import manifest_key
 
     refuse_if_another_run_trains(context.instance, context.run.run_id)
-    batches = untrained_topic_batches(context.instance, layout.topic.name)
+    with _backlog_store(kafka, context.instance) as store:
+        lineage = lineage_head(s3.get_client(), layout.bucket, f"{layout.checkpoints_prefix}{trainer.run_name}")
+        batches = untrained_topic_batches(context.instance, layout.topic.name, store, lineage)
     job = trainer.job_config(
         kafka=kafka.settings(),
         topic=layout.topic_spec,

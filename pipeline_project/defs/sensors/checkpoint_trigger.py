@@ -2,7 +2,8 @@
 
 What counts is the data's truth, not the order of events: the tokens of every materialized `token_blocks`
 batch (its newest materialization, whether it produced or reused its ledger entry) that lie past the data
-position of the newest checkpoint (`end_position`: per Kafka partition, the next offset to read). So a batch
+position of the newest checkpoint (`end_position`: per Kafka partition, the next offset to read), or of the one
+the trained lineage's latest.json names when that is another (a rewind: `assets.backlog.lineage`). So a batch
 whose first attempt committed to Kafka and then failed (its retry reports `reused_existing`) still counts,
 and so does the backlog a `max_steps` bound left behind: no new data is ever left untrained.
 
@@ -26,10 +27,12 @@ What the run trains is the Definitions' `trainer` resource, built from the deplo
 lineage, the hyper-parameters: `resources.trainer.trainer_from_settings`); the request's tags name its lineage and
 model, so the runs list shows what each triggered run trains.
 
-A tick costs the batches materialized since the last tick plus the backlog, not every batch ever: the sensor's
-cursor (`TriggerCursor`) holds the newest materialization taken and the batches not yet wholly trained. A tick
-that has every batch to read (the first one, a new lineage, a reset) reads for `TICK_BUDGET_S` and goes on at the
-next tick; it requests a run early only when what it has counted already passes the threshold.
+A tick costs the batches materialized since the last tick, not every batch ever, and carries a few numbers: the
+batches not yet wholly trained are rows in the deployment's PostgreSQL (`TrainingTrigger.backlog_url`,
+`assets.backlog.store`), judged again only where the checkpoint moved past them and summed there; the sensor's
+cursor (`TriggerCursor`) names their scope. A tick that has every batch to read (the first one, a new lineage, a
+reset) reads for `TICK_BUDGET_S` and goes on at the next tick; it requests a run early only when what it has
+counted already passes the threshold.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from pipeline_project.defs.assets.backlog import Backlog, untrained_backlog
+from pipeline_project.defs.assets.backlog import Backlog, HeadSource, open_store, untrained_backlog
+from pipeline_project.defs.assets.backlog.lineage import lineage_head
 from pipeline_project.defs.assets.checkpoint import IN_FLIGHT, deepseek_checkpoint, training_runs
 from pipeline_project.defs.partitions import TRAINING_RUN_TAGS, with_max_runtime
 from pipeline_project.defs.resources.trainer import TrainerResource
@@ -78,8 +82,18 @@ def checkpoint_trigger_sensor(
             f"{state.retry_at - now:.0f}s, at {_iso(state.retry_at)}"
         )
         return dg.SensorResult(skip_reason=reason, cursor=state.to_cursor())
-    backlog = untrained_backlog(context.instance, state.backlog, budget_s=TICK_BUDGET_S)
-    reason = _why_not(context.instance, backlog, trigger.min_new_tokens)
+    store = open_store(trigger.backlog_url, getattr(context.instance, "root_directory", None))
+    try:
+        backlog = untrained_backlog(
+            context.instance,
+            state.backlog,
+            budget_s=TICK_BUDGET_S,
+            store=store,
+            lineage=trigger_lineage(trigger, trainer.run_name),
+        )
+        reason = _why_not(context.instance, backlog, trigger.min_new_tokens)
+    finally:
+        store.close()
     if reason and not backlog.caught_up:
         reason = (
             f"counting the untrained backlog: {backlog.batches} batches ({backlog.tokens} tokens) so far, up to "
@@ -118,6 +132,14 @@ def _why_not(instance: dg.DagsterInstance, backlog: Backlog, threshold: int) -> 
     if backlog.tokens < threshold:
         return f"{backlog.tokens} untrained tokens < {threshold}"
     return None
+
+
+def trigger_lineage(trigger: TrainingTrigger, run_name: str) -> HeadSource | None:
+    """The `HeadSource` of lineage `run_name` in the trigger's S3 (`assets.backlog.lineage`); None without S3."""
+    if trigger.s3 is None or trigger.layout is None:
+        return None
+    prefix = f"{trigger.layout.checkpoints_prefix}{run_name}"
+    return lineage_head(trigger.s3.get_client(), trigger.layout.bucket, prefix)
 
 
 def _bound(max_steps: int) -> dict:

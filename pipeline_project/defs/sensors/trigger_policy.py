@@ -1,7 +1,7 @@
 """What the checkpoint trigger remembers and judges between ticks, so that it neither spins nor stalls.
 
-- `TriggerCursor`: the sensor's cursor. It carries the untrained backlog (`assets.backlog.BacklogState`) and the
-  failure streak: how many training runs failed in a row, the newest one, and when the next try may start.
+- `TriggerCursor`: the sensor's cursor. It names the untrained backlog's scope (`assets.backlog.BacklogState`:
+  the batches themselves are rows in the backlog store) and carries the failure streak: how many training runs failed in a row, the newest one, and when the next try may start.
   The cursor is stored by the instance, so a daemon restart keeps the backoff.
 - `retry_delay`: exponential backoff, capped.
 - `last_training`: what the newest checkpoint materialization did (steps, stop reason) and the newest token_blocks
@@ -50,7 +50,7 @@ class TriggerCursor:
         except ValueError:
             return cls()
         if not isinstance(data, dict) or "backlog" not in data:  # an earlier cursor: the backlog alone
-            return cls(backlog=BacklogState.from_cursor(cursor))
+            return cls()
         try:
             return cls(
                 backlog=BacklogState.from_cursor(json.dumps(data["backlog"])),
