@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline_project.cleaning.chain.pool import FilterPool
 from pipeline_project.cleaning.config import CleaningConfig
+from pipeline_project.cleaning.dedup.blocklist import Blocklist
 from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.output import publish
 from pipeline_project.cleaning.output.writer import BatchWriter
@@ -37,6 +38,7 @@ class BatchAttempt:
     workers: int
     chunk_docs: int
     chunk_bytes: int
+    blocklist: Blocklist | None = None  # the takedown blocklist (`dedup.blocklist`); None: none consulted
 
     def writer(self) -> BatchWriter:
         return BatchWriter(
@@ -133,6 +135,10 @@ def _clean(
     run: BatchAttempt, index: DedupIndex | None, items: Iterable, writer: BatchWriter, records: ExclusionRecords
 ) -> tuple[StreamingCleaner, StreamResult]:
     with FilterPool(run.config, run.workers) if run.workers > 1 else contextlib.nullcontext() as pool:
-        cleaner = StreamingCleaner(run.config, pool, run.chunk_docs, run.chunk_bytes)
+        cleaner = StreamingCleaner(run.config, pool, run.chunk_docs, run.chunk_bytes, run.blocklist)
         writer.attributes = cleaner.attribute_writer()  # every document's decision and signals (Parquet)
-        return cleaner, cleaner.run(items, run.batch_id, index, writer, records)
+        try:
+            return cleaner, cleaner.run(items, run.batch_id, index, writer, records)
+        finally:
+            if run.blocklist is not None:
+                run.blocklist.close()

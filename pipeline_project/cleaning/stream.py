@@ -30,6 +30,7 @@ import numpy as np
 from pipeline_project.cleaning.chain.chain import CleaningPipeline, CleaningResult, Started, removal_tables
 from pipeline_project.cleaning.chain.pool import FilterPool
 from pipeline_project.cleaning.config import CleaningConfig
+from pipeline_project.cleaning.dedup.blocklist import Blocklist
 from pipeline_project.cleaning.dedup.copies import batch_copies
 from pipeline_project.cleaning.dedup.index import DedupIndex
 from pipeline_project.cleaning.dedup.local import ChainedIndex, LocalIndex
@@ -106,8 +107,10 @@ class StreamingCleaner:
         pool: FilterPool | None = None,
         chunk_docs: int = 5000,
         chunk_bytes: int = 64 * 1024 * 1024,
+        blocklist: Blocklist | None = None,
     ):
         self.config = config
+        self.blocklist = blocklist  # the takedown blocklist the chains consult (`steps.blocked`); None: none
         self.pipeline = CleaningPipeline(config, pool=pool)
         self.chunk_docs = chunk_docs
         self.chunk_bytes = chunk_bytes
@@ -149,7 +152,7 @@ class StreamingCleaner:
         writer: BatchWriter,
         exclusion_records: ExclusionRecords,
     ) -> None:
-        result = self.pipeline.finish(started, chained)
+        result = self.pipeline.finish(started, chained, self.blocklist)
         out.chunks += 1
         out.add_stats(result.step_stats)
         out.count(result)

@@ -29,8 +29,8 @@ def print_report(out: dict, write: bool, limit: int = 100) -> None:
         n = sum(1 for a in out["affected"] if a["batch"] == batch)
         if state:
             typer.echo(
-                f"batch {batch}: {n} affected, already in the topic ({state}): "
-                "retire its ledger entry and re-clean, or accept"
+                f"batch {batch}: {n} affected, already in the topic ({state})"
+                + ("" if write else ": --write retracts their blocks not yet trained and reports the trained ones")
             )
         else:
             typer.echo(f"batch {batch}: {n} affected, not produced yet" + ("" if write else " (--write rewrites it)"))
@@ -38,12 +38,38 @@ def print_report(out: dict, write: bool, limit: int = 100) -> None:
         typer.echo(f"written: {', '.join(out['written']) or 'nothing'}")
         for why in out["refused"].values():
             typer.echo(f"refused: {why}")
+        for batch, done in out.get("retracted", {}).items():
+            print_retracted(batch, done)
+
+
+def print_retracted(batch: str, done: dict) -> None:
+    """A produced batch written: its retraction, and the exposure (reads the step logs record) by checkpoint."""
+    typer.echo(f"batch {batch}: retracted {done['blocks']} blocks (request {done['request'] or '-'})")
+    reads = done["exposure"]
+    blocks = {(e["partition"], e["offset"], e["block"]) for e in reads}
+    typer.echo(f"  exposure: {len(blocks)} blocks already trained, {len(reads)} reads")
+    by_checkpoint: dict[tuple[str, str], list[dict]] = {}
+    for e in reads:
+        by_checkpoint.setdefault((e["lineage"], e["checkpoint"]), []).append(e)
+    for (lineage, checkpoint), rows in sorted(by_checkpoint.items()):
+        steps = sorted({e["step"] for e in rows})
+        typer.echo(
+            f"  {lineage}  {checkpoint}  steps {steps[0]}-{steps[-1]}, ranks {sorted({e['rank'] for e in rows})}, "
+            f"{sum(e['tokens'] for e in rows)} tokens"
+        )
 
 
 def retune(
     config: Annotated[Path, typer.Option("--config", help="The new cleaning config (YAML or JSON overrides)")],
     batches: Annotated[list[str] | None, typer.Option("--batches", help="Batches to retune (default: all)")] = None,
-    write: Annotated[bool, typer.Option("--write", help="Publish retuned batches not yet produced to Kafka")] = False,
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write",
+            help="Publish the retuned batches; in a produced one, retract the blocks of the documents dropped "
+            "and report the ones already trained",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON")] = False,
     dedup_schema: Annotated[str, typer.Option("--dedup-schema", help="PostgreSQL schema of the dedup index")] = "dedup",
 ) -> None:

@@ -3,9 +3,10 @@
     pipeline-project trace step --lineage checkpoints/demo --step 12 [--rank 0]
     pipeline-project trace message --partition 3 --offset 1042
 
-Prints JSON: every block (partition, offset, block index, batch, domain), its token spans, and for each span the
-document: the raw S3 object and line, the batch, the shard and position, the cleaning decisions, and whether FIM
-rearranged it (`provenance.trace`).
+Prints JSON: every block (partition, offset, block index, batch, publication, domain), its token spans, and for
+each span the document: the raw S3 object and line, the batch and the publication (the shard manifest's content
+hash the message's `pub` header names; the batch's current manifest for a message produced before that header),
+the shard and position, the cleaning decisions, and whether FIM rearranged it (`provenance.trace`).
 """
 
 from __future__ import annotations

@@ -5,8 +5,12 @@ Three records make the answer a lookup, not a re-run:
 * `provenance/steps.json` in every checkpoint (`training.step_log`): per step and rank, the runs of blocks read,
   `[partition, offset, first block, count]`, and the checkpoint before it in the lineage;
 * the `spans` header of every message (`spans`): per piece of document in the message, the document's ordinal
-  in its batch, its token range, and whether FIM rearranged it; the `src` header names the batch;
-* the batch's shard manifest: the ordinal is the document's position in the batch's shards, and its shard
+  in its batch, its token range, and whether FIM rearranged it; the `src` header names the batch, and the `pub`
+  header the publication (the produced shard manifest's content hash) the ordinals index;
+* that publication's shard manifest (`publications`: the batch's current one, or the copy archived when it was
+  produced, after a re-clean or a retune rewrote the batch; a message without `pub`, produced before the header
+  was written, resolves against the current manifest, as it always did): the ordinal is the document's position
+  in the publication's shards, and its shard
   record holds its id (`<raw key>#<line>` for JSON Lines, the key for a whole-file document), the raw key, the
   domain and the cleaning decisions (`meta`: language and score, PII / secrets masked, boilerplate stripped,
   encoding repairs, JSONL fields); the batch's attribute file (`cleaning.attributes`), when it has one, gives the
@@ -96,6 +100,7 @@ class Message:
     seq_len: int
     blocks: np.ndarray  # (n, seq_len) uint32
     spans: list[Span] | None  # None: not recorded
+    publication: str | None = None  # the `pub` header; None: produced before it was written
 
 
 def read_messages(
@@ -123,7 +128,7 @@ def read_messages(
                             raise ProvenanceError(f"{topic}[{p}]@{offset}: past the end of the partition")
                         continue
                     if (p, msg.offset()) in wanted_set:
-                        found[(p, msg.offset())] = _message(topic, msg)
+                        found[(p, msg.offset())] = message_of(topic, msg)
                     if msg.offset() > offset and (p, offset) not in found:
                         raise ProvenanceError(f"{topic}[{p}]@{offset}: no message there (a transaction marker?)")
     finally:
@@ -131,7 +136,8 @@ def read_messages(
     return found
 
 
-def _message(topic: str, msg: Any) -> Message:
+def message_of(topic: str, msg: Any) -> Message:
+    """One consumed record as a `Message` (headers checked, spans and publication read)."""
     header, blocks = decode_blocks(
         msg.value(), msg.headers(), topic=topic, partition=msg.partition(), offset=msg.offset()
     )
@@ -140,28 +146,41 @@ def _message(topic: str, msg: Any) -> Message:
         spans = decode_spans(raw.get(H_SPANS))
     except SpansNotRecorded:
         spans = None
-    return Message(msg.partition(), msg.offset(), header.source, header.domain, header.seq_len, blocks, spans)
+    return Message(
+        msg.partition(), msg.offset(), header.source, header.domain, header.seq_len, blocks, spans, header.publication
+    )
 
 
 class DocumentCatalog:
-    """The published batches' documents by ordinal: manifest and shards read from S3 once per batch."""
+    """The published batches' documents by ordinal: each publication's manifest and shards read from S3 once.
+
+    A publication is a (batch, content hash) pair; a content hash of None is the batch's current manifest (a
+    message without the `pub` header)."""
 
     def __init__(self, s3: Any, bucket: str, shards_prefix: str = "shards/"):
         self.s3, self.bucket, self.shards_prefix = s3, bucket, shards_prefix
-        self._batches: dict[str, tuple[Any, list[tuple[str, int]], dict[int, dict]]] = {}
-        self._attribute_rows: dict[str, dict[str, dict]] = {}
+        self._batches: dict[tuple[str, str | None], tuple[Any, list[tuple[str, int]], dict[int, dict]]] = {}
+        self._attribute_rows: dict[tuple[str, str | None], dict[str, dict]] = {}
 
-    def _batch(self, batch: str) -> tuple[Any, list[tuple[str, int]], dict[int, dict]]:
-        if batch not in self._batches:
-            from pipeline_project.cleaning.output.publish import read_shard_manifest
+    def _batch(self, batch: str, publication: str | None) -> tuple[Any, list[tuple[str, int]], dict[int, dict]]:
+        if (batch, publication) not in self._batches:
+            from pipeline_project.provenance.publications import publication_manifest
 
-            manifest = read_shard_manifest(self.s3, self.bucket, f"{self.shards_prefix}{batch}/")
+            shard_dir = f"{self.shards_prefix}{batch}/"
+            manifest = publication_manifest(self.s3, self.bucket, shard_dir, publication)
+            if manifest is None and publication is None:
+                raise ProvenanceError(f"batch {batch} has no shard manifest under s3://{self.bucket}/{shard_dir}")
+            if manifest is None:
+                raise ProvenanceError(
+                    f"batch {batch}: publication {publication} is neither its current manifest nor archived under "
+                    f"s3://{self.bucket}/{shard_dir}publications/ (produced before publications were archived?)"
+                )
             where = [(e.key, i) for e in manifest.shards for i in range(e.docs)]
-            self._batches[batch] = (manifest, where, {})
-        return self._batches[batch]
+            self._batches[(batch, publication)] = (manifest, where, {})
+        return self._batches[(batch, publication)]
 
-    def document(self, batch: str, ordinal: int) -> dict[str, Any]:
-        manifest, where, records = self._batch(batch)
+    def document(self, batch: str, ordinal: int, publication: str | None = None) -> dict[str, Any]:
+        manifest, where, records = self._batch(batch, publication)
         if not 0 <= ordinal < len(where):
             raise ProvenanceError(f"batch {batch} has {len(where)} documents, no ordinal {ordinal}")
         shard_key, position = where[ordinal]
@@ -173,6 +192,7 @@ class DocumentCatalog:
         return {
             "batch": batch,
             "ordinal": ordinal,
+            "publication": manifest.content_hash(),
             "shard": f"s3://{self.bucket}/{shard_key}",
             "shard_position": position,
             "id": doc_id,
@@ -183,11 +203,11 @@ class DocumentCatalog:
             "fields": (rec.get("meta") or {}).get("fields", {}),
             "cleaning_config_hash": manifest.config_hash,
             "text_chars": len(rec.get("text") or ""),
-            "attributes": self._attributes(batch, manifest).get(doc_id),  # None: no attribute file
+            "attributes": self._attributes((batch, publication), manifest).get(doc_id),  # None: no attribute file
         }
 
-    def _attributes(self, batch: str, manifest: Any) -> dict[str, dict]:
-        """The batch's attribute rows (quality signals, decision) by document id, read once per batch."""
+    def _attributes(self, batch: tuple[str, str | None], manifest: Any) -> dict[str, dict]:
+        """The publication's attribute rows (quality signals, decision) by document id, read once per publication."""
         if batch not in self._attribute_rows:
             rows: dict[str, dict] = {}
             if getattr(manifest, "attributes", ""):
@@ -200,9 +220,9 @@ class DocumentCatalog:
             self._attribute_rows[batch] = rows
         return self._attribute_rows[batch]
 
-    def text(self, batch: str, ordinal: int) -> str:
-        self.document(batch, ordinal)
-        return self._batches[batch][2][ordinal]["text"]
+    def text(self, batch: str, ordinal: int, publication: str | None = None) -> str:
+        self.document(batch, ordinal, publication)
+        return self._batches[(batch, publication)][2][ordinal]["text"]
 
     def _load_shard(self, shard_key: str, first_ordinal: int, records: dict[int, dict]) -> None:
         from pipeline_project.cleaning.output.shards import read_shard
@@ -234,15 +254,19 @@ def trace_blocks(
 def _block(msg: Message, b: int, catalog: DocumentCatalog, documents: dict[str, Any]) -> dict[str, Any]:
     row = msg.blocks[b]
     out: dict[str, Any] = {"partition": msg.partition, "offset": msg.offset, "block": b, "batch": msg.batch,
-                           "domain": msg.domain, "pad_tokens": int(np.count_nonzero(row == PAD_TOKEN))}  # fmt: skip
+                           "publication": msg.publication, "domain": msg.domain,
+                           "pad_tokens": int(np.count_nonzero(row == PAD_TOKEN))}  # fmt: skip
     if msg.spans is None:
         out["spans"] = None  # not recorded for this message
         return out
     spans = []
     for at, s in spans_of_block(msg.spans, msg.seq_len, b):
-        ref = f"{msg.batch}/{s.ordinal}"
+        # a document of another publication of the batch is another document: the ref names the publication
+        ref = (
+            f"{msg.batch}/{s.ordinal}" if msg.publication is None else f"{msg.batch}@{msg.publication[:16]}/{s.ordinal}"
+        )
         if ref not in documents:
-            documents[ref] = catalog.document(msg.batch, s.ordinal)
+            documents[ref] = catalog.document(msg.batch, s.ordinal, msg.publication)
         spans.append(
             {
                 "block_tokens": [at, at + s.count],

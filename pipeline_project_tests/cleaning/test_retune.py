@@ -2,7 +2,8 @@
 
 The same config changes nothing; a stricter one gives exactly what a full re-clean gives (the real cleaner run
 twice), and `write_retuned` publishes it; a looser threshold or a changed signal setting is reported as
-undecidable, never guessed; a produced batch is refused. A new benchmark re-checks the cleaned text: the report
+undecidable, never guessed; a produced batch is refused without a retraction strategy (`ops.retune` retracts:
+test_retune_produced.py). A new benchmark re-checks the cleaned text: the report
 names exactly the planted documents and the batches already in the topic, and `--write` equals a re-clean.
 """
 
@@ -216,7 +217,9 @@ def test_a_new_benchmark_names_the_planted_documents_and_the_produced_batches(lo
     assert {f"{a['source']}:{a['record']}" for a in out["affected"]} == planted, out["affected"]
     assert {a["benchmark"] for a in out["affected"]} == {"planted"}
     assert out["affected_batches"]["fresh"] == "" and out["affected_batches"]["produced"].startswith("completed")
-    assert out["written"] == ["fresh"] and "already produced to Kafka" in out["refused"]["produced"]
+    # the topic holds a publication of "produced" that is not its manifest (content "h"): nothing to retract by
+    # (a produced publication is retracted from and written: test_retune_produced.py)
+    assert out["written"] == ["fresh"] and "neither its current manifest nor archived" in out["refused"]["produced"]
     print_report(out, write=True)
     text = capsys.readouterr().out
     assert "batch produced: 3 affected, already in the topic (completed" in text and "written: fresh" in text
@@ -304,7 +307,8 @@ def test_retune_write_refuses_a_batch_produced_after_the_report_read_it(local_st
     monkeypatch.setattr(ops_retune, "produced_state", token_blocks_produces_it_meanwhile)
     monkeypatch.setattr(ops_retune, "ledger_guard", _first_read_then_guard(ops_retune), raising=False)
     out = run_retune(settings, layout, STRICT, ["b1"], write=True, dedup_url=pg_url)
-    assert out["written"] == [] and "already produced to Kafka" in out["refused"]["b1"]
+    # produced meanwhile with content it cannot place ("h"): refused, not overwritten
+    assert out["written"] == [] and "neither its current manifest nor archived" in out["refused"]["b1"]
     assert _manifest(client, layout, "b1") == before  # the manifest under the produced blocks is untouched
     assert publish_verify(client, layout.bucket, before) == []  # and every shard it names is still there
 

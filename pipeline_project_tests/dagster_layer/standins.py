@@ -261,6 +261,12 @@ class MemoryDedupIndexResource(DedupIndexResource):
 
         return _DEDUP.setdefault(self.store, MemoryDedupIndex(num_perm=num_perm, num_bands=num_bands))
 
+    def blocklist(self):
+        """The takedown blocklist of the store: `MemoryBlocklist`, empty until a test adds to it."""
+        from pipeline_project.cleaning.dedup.blocklist import MemoryBlocklist
+
+        return _DEDUP.setdefault(f"{self.store}/blocklist", MemoryBlocklist())
+
 
 def _byte_ids(texts: list[str]) -> list[np.ndarray]:
     return [np.frombuffer(t.encode(), dtype=np.uint8).astype(np.uint32) + 1 for t in texts]

@@ -23,7 +23,8 @@ from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.cleaning.config.profiles import PROFILE_NAMES
 from pipeline_project.cleaning.errors import CountsMismatchError
 from pipeline_project.cleaning.records import Document, Dropped, Quarantined
-from pipeline_project.cleaning.steps import RunContext, StepStats
+from pipeline_project.cleaning.steps import ExactDedup, MinHashDedup, RunContext, Step, StepStats
+from pipeline_project.cleaning.steps.blocked import Blocked
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,13 @@ log = logging.getLogger(__name__)
 def reason_key(reason: str) -> str:
     """A drop reason without its detail; the benchmark of `decontaminated:<benchmark>` is the reason, kept."""
     return reason if reason.startswith("decontaminated:") else reason.split(":", 1)[0]
+
+
+def blocked_step(config: CleaningConfig, post_chain: list[Step]) -> Blocked:
+    """The blocklist step of one profile, sharing the keys its dedup steps compute."""
+    exact = next((s for s in post_chain if isinstance(s, ExactDedup)), None)
+    minhash = next((s for s in post_chain if isinstance(s, MinHashDedup)), None)
+    return Blocked(config.dedup.minhash, exact, minhash)
 
 
 def profile_counts(step_stats: list[StepStats]) -> dict[str, dict[str, int]]:
@@ -165,6 +173,8 @@ class CleaningPipeline:
         self.filter_chains = {name: parts[0] for name, parts in split.items()}
         self.router = ProfileRouter(self.config, self.filter_chains)
         self.post_chains = {name: parts[1] for name, parts in split.items()}
+        # each profile's takedown blocklist step, run before its post chain when `finish` is given a blocklist
+        self.blocked = {name: blocked_step(self.config, steps) for name, steps in self.post_chains.items()}
         self.pool = pool
 
     def start(self, items: Iterable[Document | Quarantined], batch_id: str) -> Started:
@@ -191,10 +201,11 @@ class CleaningPipeline:
             weakref.finalize(self, self.pool.close)
         return self.pool
 
-    def finish(self, started: Started, index: Any = None) -> CleaningResult:
+    def finish(self, started: Started, index: Any = None, blocklist: Any = None) -> CleaningResult:
         """Wait for the filters of `started`, then deduplicate and mask here, in order, looking duplicates up in
         `index` (read only; `dedup_index.ChainedIndex` in the streaming cleaner). Nothing is written to it: the
-        kept documents carry their dedup keys in `doc.state` for the caller to commit."""
+        kept documents carry their dedup keys in `doc.state` for the caller to commit. With `blocklist`
+        (`dedup.blocklist.Blocklist`), each profile first drops what takedowns blocked (`steps.blocked`)."""
         batch_id, docs, quarantined = started.batch_id, started.docs, started.quarantined
         n_in = len(docs) + len(quarantined)
         read = StepStats("read", docs_in=n_in, dropped=len(quarantined), reasons=Counter(q.reason for q in quarantined))
@@ -203,7 +214,7 @@ class CleaningPipeline:
         )
         result = CleaningResult(quarantined=quarantined, step_stats=[read], batch_id=batch_id)
 
-        ctx = RunContext(batch_id=batch_id, index=index)
+        ctx = RunContext(batch_id=batch_id, index=index, blocklist=blocklist)
         if index is not None:
             index.begin_batch(batch_id)  # a re-run of this batch replaces its own entries
         kept, dropped, stats, late = started.filtered()
@@ -217,6 +228,7 @@ class CleaningPipeline:
         final: Positioned = []
         for name, steps in self.post_chains.items():
             if kept.get(name):
+                steps = [self.blocked[name], *steps] if blocklist is not None else steps
                 done = len(result.step_stats)
                 final.extend(run_chain(steps, kept[name], ctx, name, result.dropped, result.step_stats))
                 for s in result.step_stats[done:]:  # the workers' seconds on this step's per-document work

@@ -38,6 +38,7 @@ from pipeline_project.cleaning.retune.decontam import DECONTAMINATE, Recheck, Te
 from pipeline_project.cleaning.steps.signals import MissingSignal, Stored
 
 DEDUP_STEPS = ("exact_dedup", "minhash_dedup")
+BLOCKLIST = "takedown_blocklist"  # `steps.blocked.Blocked.name`: not in the chains, it runs only with a blocklist
 # settings of a retunable step that shape its signals rather than compare them with a threshold
 SHAPE_FIELDS = {
     "language_id": {"max_chars", "aliases", "enabled"},
@@ -69,6 +70,8 @@ class BatchRetune:
     notes: list[str] = field(default_factory=list)
     written: bool = False  # set by `retune --write` once the batch is published again
     refused: str = ""  # why `retune --write` did not write it
+    # a produced batch written: its retraction (request, blocks) and exposure (the reads of those blocks)
+    retracted: dict[str, Any] | None = None
 
     def changes(self) -> Counter:
         """(domain, "kept -> dropped" | "dropped -> kept" | "reason" | "undecidable", detail) -> documents."""
@@ -238,6 +241,8 @@ class Retuner:
             return Outcome("undecidable", reason=why), False
         names = [s.name for s in steps]
         was = original(row)
+        if was.decision == "dropped" and was.step == BLOCKLIST:
+            return was, False  # a takedown's drop (`steps.blocked`) holds under any config
         if was.decision == "dropped" and was.step == DECONTAMINATE and DECONTAMINATE not in names:
             return Outcome("undecidable", reason=f"{DECONTAMINATE} is off now: the steps after it need the text"), False
         at = names.index(was.step) if was.decision == "dropped" and was.step in names else len(names)

@@ -12,8 +12,9 @@ own preference). What stays: a MinHash band key a dropped document held is freed
 document that shares it (band keys keep their first owner), so a later near copy of that one can be missed on
 that band.
 
-Only for batches not yet produced: a batch with a ledger entry (completed or partly produced) is refused, since
-its blocks are in the topic; retire the entry first (`pipeline-project ledger retire`).
+A batch already produced (a ledger entry) is refused by `check_writable` unless the caller retracts the blocks
+of the documents it drops (`retracts`: `ops.retune` does, through `streaming/retractions`) and keeps the old
+publication's objects (`delete_old=False`: its blocks in the topic still name it).
 """
 
 from __future__ import annotations
@@ -56,9 +57,10 @@ def load_attributes(client, bucket: str, manifest: ShardManifest) -> tuple[pa.Ta
     return read_attributes(data)
 
 
-def check_writable(result: BatchRetune, produced: str | None) -> None:
+def check_writable(result: BatchRetune, produced: str | None, *, retracts: bool = False) -> None:
+    """Refuses what cannot be written; a produced batch only when the caller does not retract its blocks."""
     b = result.batch_id
-    if produced:
+    if produced and not retracts:
         raise RetuneRefusedError(
             f"batch {b} is already produced to Kafka ({produced}); a retune cannot change blocks in the topic. "
             f"Retire its ledger entry first: pipeline-project ledger retire {b} --reason TEXT"
@@ -99,9 +101,12 @@ def write_retuned(
     result: BatchRetune,
     config: CleaningConfig,
     forget: Forget | None = None,
+    *,
+    delete_old: bool = True,
 ) -> ShardManifest:
     """Publish the retuned batch (see the module docstring); returns the new manifest. `forget`: how the
-    dropped documents leave the dedup index (None: they stay, as for a batch cleaned without the index)."""
+    dropped documents leave the dedup index (None: they stay, as for a batch cleaned without the index).
+    `delete_old`: delete the objects of the old publication the new one does not name (False: a produced one)."""
     dropped = result.newly_dropped()
     prefix = f"{shard_dir}retune-{uuid.uuid4().hex[:8]}/"
     shards, sink = [], []
@@ -137,7 +142,8 @@ def write_retuned(
     if forget is not None and manifest.dedup_attempt and dropped:
         forget(manifest.dedup_attempt, sorted(dropped))
     write_manifest(client, bucket, shard_dir, new)
-    delete_superseded(client, bucket, manifest, new)
+    if delete_old:
+        delete_superseded(client, bucket, manifest, new)
     return new
 
 

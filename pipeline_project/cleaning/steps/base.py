@@ -17,6 +17,7 @@ class RunContext:
     batch_id: str
     index: object | None = None  # dedup_index.ChainedIndex or LocalIndex, typed loosely to keep steps import-light
     scope: str = "global"
+    blocklist: object | None = None  # dedup.blocklist.Blocklist: the takedown blocklist (`steps.blocked`); None: off
     # per step name, what the step has kept so far in this chunk, shared by every profile's chain: the same text
     # routed to two profiles (a web folder and a books folder) is kept once
     chunk_state: dict[str, Any] = field(default_factory=dict)

@@ -70,14 +70,18 @@ class MinHasher:
         mh = RMinHash(num_perm=self.num_perm, seed=self.cfg.seed)
         mh.update(shingles)
         sig = np.asarray(mh.digest(), dtype=np.uint32)
-        rows = sig.reshape(self.cfg.num_buckets, self.cfg.hashes_per_bucket)
-        bands = np.fromiter(
-            # seed with the band number so equal rows in different bands never collide; 0 means "no band"
-            (xxhash.xxh3_64_intdigest(row.tobytes(), seed=b) or 1 for b, row in enumerate(rows)),
-            dtype=np.uint64,
-            count=self.cfg.num_buckets,
-        )
-        return sig, bands
+        return sig, band_keys(sig, self.cfg)
+
+
+def band_keys(sig: np.ndarray, cfg: MinHashConfig) -> np.ndarray:
+    """The LSH band keys of a signature: one xxh3 per band of `hashes_per_bucket` values."""
+    rows = np.asarray(sig, dtype=np.uint32).reshape(cfg.num_buckets, cfg.hashes_per_bucket)
+    return np.fromiter(
+        # seed with the band number so equal rows in different bands never collide; 0 means "no band"
+        (xxhash.xxh3_64_intdigest(row.tobytes(), seed=b) or 1 for b, row in enumerate(rows)),
+        dtype=np.uint64,
+        count=cfg.num_buckets,
+    )
 
 
 def jaccard(a: np.ndarray, b: np.ndarray) -> float:

@@ -55,6 +55,7 @@ def cleaned_shards(
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning.attempt import clean_attempt
     from pipeline_project.cleaning.output import publish
+    from pipeline_project.provenance.publications import delete_superseded_unless_archived
 
     batch_id = context.partition_key
     client = s3.get_client()
@@ -62,7 +63,7 @@ def cleaned_shards(
     manifest = read_manifest(client, layout.bucket, batch_id)
     index = _open_index(dedup, config, client, layout)
     records = publish.exclusion_recorder(config)
-    run = _attempt(context, client, layout, cleaning, config, manifest)
+    run = _attempt(context, client, layout, cleaning, config, manifest, dedup.blocklist())
     with locks.hold(batch_id):  # no retune, retire or produce of this batch meanwhile
         previous = publish.read_shard_manifest_or_none(client, layout.bucket, layout.shard_dir(batch_id))
         outcome = clean_attempt(
@@ -75,7 +76,8 @@ def cleaned_shards(
             ),
             previous,
         )
-        publish.delete_superseded(client, layout.bucket, previous, outcome.manifest)
+        # a produced (archived) publication keeps its objects: its blocks in the topic still name it
+        delete_superseded_unless_archived(client, layout.bucket, layout.shard_dir(batch_id), previous, outcome.manifest)
     out = outcome.out
     context.log.info(f"batch {batch_id}: {dict(out.counts)} in {out.chunks} chunks, {run.workers} filter workers")
     pushgateway.push_batch(
@@ -95,7 +97,13 @@ def _open_index(dedup: DedupIndexResource, config, client, layout: PipelineLayou
 
 
 def _attempt(
-    context: dg.AssetExecutionContext, client, layout: PipelineLayout, cleaning: CleaningResource, config, manifest
+    context: dg.AssetExecutionContext,
+    client,
+    layout: PipelineLayout,
+    cleaning: CleaningResource,
+    config,
+    manifest,
+    blocklist=None,
 ):
     """This run and try's attempt: it writes under prefixes of its own (see `cleaning.batch_attempt`)."""
     from pipeline_project.cleaning.attempt import BatchAttempt
@@ -114,6 +122,7 @@ def _attempt(
         workers=cleaning.worker_count(manifest.total_bytes),
         chunk_docs=cleaning.chunk_docs,
         chunk_bytes=cleaning.chunk_mb << 20,
+        blocklist=blocklist,  # takedowns (`ops.takedown`): a re-upload is dropped as blocked:<request>
     )
 
 

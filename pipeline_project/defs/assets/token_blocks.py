@@ -57,7 +57,8 @@ def corpus_counts(domains: dict, dropped_by_reason: dict) -> dict[str, int]:
     "topic, produced transactionally. A ledger record in `<topic>.ledger`, committed in the same transaction, "
     "makes re-materialization produce nothing twice. Documents are packed per domain (cleaning profile): a block "
     "never mixes domains, every message carries a `domain` header, and the metadata counts blocks and tokens per "
-    "domain, FIM documents and decontaminated documents. A `spans` header names the documents in every message "
+    "domain, FIM documents and decontaminated documents. A `spans` header names the documents in every message, "
+    "a `pub` header the publication (shard manifest content hash, archived before producing) they index "
     "(`pipeline-project trace`).",
 )
 def token_blocks(
@@ -70,12 +71,15 @@ def token_blocks(
     locks: BatchLocks,
 ) -> dg.MaterializeResult:
     from pipeline_project.cleaning import read_shard_manifest
+    from pipeline_project.provenance.publications import archive_publication
 
     batch_id = context.partition_key
     client = s3.get_client()
     cleaned_meta = latest_materialization_metadata(context.instance, cleaned_shards.key, batch_id)
     with locks.hold(batch_id):  # no retune, retire or re-clean rewrites the batch while it is produced
         manifest = read_shard_manifest(client, layout.bucket, layout.shard_dir(batch_id))
+        # kept addressable by its content hash, the `pub` header of every message (`provenance.publications`)
+        archive_publication(client, layout.bucket, layout.shard_dir(batch_id), manifest)
         documents, rehydration = batch_documents(client, layout, manifest)
         report = _produce(kafka, layout, documents, batch_id, manifest, rehydration)
     pushgateway.push_batch("pipeline_produce", "token_blocks", batch_id, lambda m: m.record_produce(report))

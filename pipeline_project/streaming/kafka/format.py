@@ -3,8 +3,10 @@
 Value: little-endian uint32 token ids, `blocks` whole blocks of exactly `seq_len` tokens each.
 Headers (all bytes, UTF-8 text): fmt (format version), tok and tok_hash (tokenizer name and hash),
 seq_len, blocks (block count), src (source shard id), and optionally domain (the cleaning profile of
-every block in the message: a message never mixes domains; absent on messages of unlabelled data). A message that breaks any of this raises
-MalformedMessageError when decoded.
+every block in the message: a message never mixes domains; absent on messages of unlabelled data) and pub (the
+publication the message's document ordinals index: the content hash of the batch's shard manifest that was
+produced, `ShardManifest.content_hash`; absent on messages produced before it was written, which resolve against
+the batch's current manifest). A message that breaks any of this raises MalformedMessageError when decoded.
 
 Padding: the token id `PAD_TOKEN` (0xFFFFFFFF, never a real token id) fills the end of a batch's
 last, partial block, so the partial tail of a batch is delivered instead of dropped. A message that
@@ -43,6 +45,7 @@ H_BLOCKS = "blocks"
 H_SOURCE = "src"
 H_PAD = "pad"  # version 2: pad tokens in the message
 H_DOMAIN = "domain"  # optional, any version: the domain of all the message's blocks (readers ignore what they lack)
+H_PUBLICATION = "pub"  # optional, any version: the content hash of the publication the `spans` ordinals index
 REQUIRED_HEADERS = (H_FORMAT, H_TOKENIZER, H_TOKENIZER_HASH, H_SEQ_LEN, H_BLOCKS, H_SOURCE)
 
 Headers = list[tuple[str, bytes]]
@@ -58,6 +61,7 @@ class BlockHeader:
     source: str
     pad_tokens: int = 0
     domain: str | None = None  # None: the message carries no domain header
+    publication: str | None = None  # None: no publication header (produced before it was written)
 
 
 def count_padding(blocks: np.ndarray) -> tuple[int, int]:
@@ -87,11 +91,13 @@ def encode_message(
     source: str,
     pad_tokens: int | None = None,
     domain: str | None = None,
+    publication: str | None = None,
 ) -> tuple[bytes, Headers]:
     """Serialize an (n, seq_len) uint32 array into a Kafka value and headers.
 
     `pad_tokens` is the number of `PAD_TOKEN`s in `blocks` (counted here when not given); with any, the message
-    is written as format version 2 with a `pad` header, else as version 1. A `domain` adds the `domain` header.
+    is written as format version 2 with a `pad` header, else as version 1. A `domain` adds the `domain` header, a
+    `publication` (the produced manifest's content hash) the `pub` header.
     """
     if blocks.ndim != 2 or blocks.shape[0] < 1 or blocks.shape[1] < 1:
         raise ValueError(f"blocks must be a non-empty 2-D (n, seq_len) array, got shape {blocks.shape}")
@@ -116,6 +122,10 @@ def encode_message(
         headers.append((H_PAD, str(pad_tokens).encode()))
     if domain is not None:
         headers.append((H_DOMAIN, domain.encode()))
+    if publication is not None:
+        if not publication:
+            raise ValueError("an empty publication header names nothing")
+        headers.append((H_PUBLICATION, publication.encode()))
     return value, headers
 
 
@@ -141,6 +151,7 @@ def read_header(
         n_blocks = int(text[H_BLOCKS])
         pad = int(found[H_PAD].decode()) if H_PAD in found else 0
         domain = found[H_DOMAIN].decode() if H_DOMAIN in found else None
+        publication = found[H_PUBLICATION].decode() if H_PUBLICATION in found else None
     except (UnicodeDecodeError, ValueError) as exc:
         raise bad(f"unparseable header: {exc}") from None
     if version not in FORMAT_VERSIONS:
@@ -151,8 +162,10 @@ def read_header(
         raise bad(f"format version {version} cannot hold padding, the pad header says {pad}")
     if not 0 <= pad < n_blocks * seq_len:
         raise bad(f"pad header {pad} outside [0, {n_blocks * seq_len})")
+    if publication is not None and not publication:
+        raise bad("empty publication header")
     return BlockHeader(
-        version, text[H_TOKENIZER], text[H_TOKENIZER_HASH], seq_len, n_blocks, text[H_SOURCE], pad, domain
+        version, text[H_TOKENIZER], text[H_TOKENIZER_HASH], seq_len, n_blocks, text[H_SOURCE], pad, domain, publication
     )
 
 

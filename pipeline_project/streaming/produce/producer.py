@@ -126,6 +126,7 @@ def produce_blocks(
         seq_len=seq_len,
         hasher=hasher,
         spans=tools.spans,
+        publication=r.content_hash or None,
     )
     setup_s = time.perf_counter() - started - ahead_s  # the part of the setup that tokenizing did not hide
     loop_started = time.perf_counter()

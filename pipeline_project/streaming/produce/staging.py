@@ -211,8 +211,10 @@ class MessageEncoder:
         seq_len: int,
         hasher: StreamHasher,
         spans: SpanRecorder | None = None,
+        publication: str | None = None,
     ):
         self.spans = spans  # adds each message's `spans` header
+        self.publication = publication  # the `pub` header: the content hash the spans' ordinals index
         self.tokenizer_name = tokenizer_name
         self.tokenizer_hash = tokenizer_hash
         self.source = source
@@ -231,6 +233,7 @@ class MessageEncoder:
             source=self.source,
             pad_tokens=pad,
             domain=domain,
+            publication=self.publication,
         )
         if self.spans is not None:
             headers.append(self.spans.header(domain, len(blocks)))
