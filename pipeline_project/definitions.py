@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from pipeline_project.defs.assets import batch_failures, checkpoint, cleaned, raw, token_blocks
+from pipeline_project.defs.assets import batch_failures, checkpoint, cleaned, content_summary, raw, token_blocks
 from pipeline_project.defs.jobs import INGEST_JOB_TAGS, INGEST_SELECTION, ingest_batch, train_checkpoint
 from pipeline_project.defs.resources import build_resources
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
@@ -10,7 +10,7 @@ from pipeline_project.defs.sensors.raw_s3 import raw_s3_sensor
 from pipeline_project.settings import Settings
 from pipeline_project.stack.discovery import with_local_s3
 
-_modules = [raw, cleaned, token_blocks, checkpoint, batch_failures]
+_modules = [raw, cleaned, token_blocks, checkpoint, batch_failures, content_summary]
 
 # Every run carries its kind, which the instance's tag concurrency limits count (deploy/dagster/dagster.yaml):
 # the sensors' runs, the training job's, and the eager re-materializations the automation sensor launches.

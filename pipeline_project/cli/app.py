@@ -17,6 +17,8 @@ from pipeline_project.cli.retune import retune
 from pipeline_project.cli.services import dedup_import, doctor
 from pipeline_project.cli.stack import stack_app
 from pipeline_project.cli.status import status
+from pipeline_project.cli.summary import summary
+from pipeline_project.cli.takedown import takedown, why
 from pipeline_project.cli.trace import trace_app
 
 DIST_NAME = "pipeline_project"
@@ -38,6 +40,9 @@ app.command("demo")(demo)
 app.command("bad-input")(bad_input)
 app.command("doctor")(doctor)
 app.command("dedup-import")(dedup_import)
+app.command("takedown")(takedown)
+app.command("why")(why)
+app.command("summary")(summary)
 
 
 def show_version(value: bool) -> None:

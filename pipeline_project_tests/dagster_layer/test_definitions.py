@@ -7,7 +7,7 @@ def test_definitions_load_with_the_four_assets_checks_and_sensors():
     from pipeline_project.definitions import defs
 
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert keys == {"raw_text", "cleaned_shards", "token_blocks", "deepseek_checkpoint"}
+    assert keys == {"raw_text", "cleaned_shards", "token_blocks", "deepseek_checkpoint", "training_content_summary"}
     graph = defs.resolve_asset_graph()
     assert graph.get(dg.AssetKey("deepseek_checkpoint")).parent_keys == {dg.AssetKey("token_blocks")}
     assert graph.get(dg.AssetKey("token_blocks")).parent_keys == {dg.AssetKey("cleaned_shards")}
