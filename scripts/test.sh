@@ -15,12 +15,13 @@
 #   --cluster       the network-namespace cluster (root; pipeline_project_tests/cluster)
 # Other arguments go to pytest.
 #
-# With no tier flag (CI): the cluster tier and then the fault tier start at once, in sessions of their own, and
-# run beside the others: their tests mostly wait on cut links and restarts, and they share nothing with the
-# integration tier (their own namespaces, or the fault tests' throw-away stack on ports of its own). Beside them,
-# the fast tier on every core, then the integration tier in parallel groups (the session fixture starts what the
-# stack lacks and stops only that). Their output is printed when all are done, then each tier's time and the load
-# average. The script fails if any tier does.
+# With no tier flag (CI): the fast tier first, alone, on every core; then the integration tier (one test at a time
+# unless PYTEST_INTEGRATION_WORKERS says otherwise: beside two workers, the cluster tier's broker-cut trial needed
+# a retry its assertion forbids; the session fixture starts what the stack lacks and stops only that), with the
+# cluster tier and then the fault tier beside it, in sessions of their own: the cluster's tests mostly wait on cut links and restarts, and
+# neither shares anything with the integration tier (their own namespaces, or the fault tests' throw-away stack on
+# ports of its own). Their output is printed when all are done, then each tier's time and the load average. The
+# script fails if any tier does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # every trainer the tests start is a tiny model on CPU: one intra-op thread each, or a few of them at once spin on
@@ -63,6 +64,10 @@ esac
 
 elapsed() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
 started=$SECONDS
+fast=0
+.venv/bin/python -m pytest "${FAST[@]}" "$@" || fast=$?
+fast_s=$((SECONDS - started))
+
 log=$(mktemp -t cluster-tier.XXXXXX.log)
 fault_log=$(mktemp -t fault-tier.XXXXXX.log)
 beside() {  # $1: tier, $2: its log; exit status in "$2.rc"
@@ -78,14 +83,9 @@ beside() {  # $1: tier, $2: its log; exit status in "$2.rc"
 ) &
 beside_pid=$!
 trap 'kill "$beside_pid" 2>/dev/null || true' EXIT
-
-fast=0
-.venv/bin/python -m pytest "${FAST[@]}" "$@" || fast=$?
-fast_s=$((SECONDS - started))
-
 rest_started=$SECONDS
 rest=0
-groups_then_serial integration "$@" || rest=$?
+PYTEST_INTEGRATION_WORKERS=${PYTEST_INTEGRATION_WORKERS:-1} groups_then_serial integration "$@" || rest=$?
 rest_s=$((SECONDS - rest_started))
 
 wait "$beside_pid" || true

@@ -152,6 +152,16 @@ def downloads(host: str) -> dict[str, list[str]]:
     return {d.name: sorted(str(f.relative_to(d)) for f in d.rglob("*") if f.is_file()) for d in found}
 
 
+def clear_downloads(*hosts: str) -> None:
+    """Remove the resume dirs earlier tests of the session left on `hosts` (a dir is named for its step and rank
+    only, so another lineage's `resume-step-6-rank0` would read as this test's)."""
+    import shutil
+
+    for host in hosts:
+        for d in (SPEC.root / "hosts" / host / "work" / SCRATCH).glob("resume-step-*"):
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def cli_kill(host: str, cli_opts: list[str] = CLI_OPTS) -> int:
     """`pipeline-project cluster kill HOST`, as an operator types it; its exit code."""
     return subprocess.run([CLI, *cli_opts, "kill", host], capture_output=True, timeout=120).returncode

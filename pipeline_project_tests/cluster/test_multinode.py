@@ -30,6 +30,7 @@ def test_lineage_continues_across_one_and_two_nodes_every_block_once(cluster, de
     hashes = [h for part in blocks.values() for _, _, h in part]
     assert len(set(hashes)) == len(hashes)  # distinct blocks: a block trained twice would show
 
+    mn.clear_downloads("trainer-1", "trainer-2")  # another test's resume dirs are named the same way
     results, timings = [], []
     for hosts in (["trainer-1"], ["trainer-1", "trainer-2"], ["trainer-2"]):
         started = time.monotonic()

@@ -287,3 +287,14 @@ def standin_resources(store: str, layout: Any) -> dict[str, dg.ConfigurableResou
         "dedup": MemoryDedupIndexResource(store=store),
         "pushgateway": PushgatewayResource(),  # no URL: the batch metrics are recorded, not pushed
     }
+
+
+def without_postgres(resources: dict) -> dict:
+    """The deployment's resources (`build_resources`) with the trigger's and training's backlog in SQLite beside the
+    test's instance, their stand-in when no PostgreSQL URL is set: no PostgreSQL runs in the fast tier."""
+    from pipeline_project.defs.resources import training_trigger
+    from pipeline_project.settings import Settings
+
+    kafka = resources["kafka"]
+    fields = {name: getattr(kafka, name) for name in type(kafka).model_fields if name != "ledger_index_url"}
+    return {**resources, "trigger": training_trigger(Settings()), "kafka": type(kafka)(**fields, ledger_index_url="")}

@@ -17,6 +17,7 @@ from pipeline_project.defs.resources.trainer import LINEAGE_TAG, MODEL_TAG, Trai
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
 from pipeline_project.settings import Settings
 from pipeline_project.training.config import TrainConfig
+from pipeline_project_tests.dagster_layer.standins import without_postgres
 from pipeline_project_tests.dagster_layer.test_training_concurrency import _enough_untrained_tokens
 
 TEAM = {
@@ -102,7 +103,7 @@ def test_the_definitions_refuse_to_load_with_a_bad_model_setting():
 
 def test_a_triggered_run_trains_the_configured_model_on_the_configured_lineage(env, monkeypatch):
     env({**TEAM, "PIPELINE_MIN_NEW_TOKENS": "1000", "PIPELINE_TRIGGER_MAX_STEPS": "120"})
-    resources = build_resources(Settings())
+    resources = without_postgres(build_resources(Settings()))
     jobs = []
     monkeypatch.setattr(TrainerResource, "run", lambda self, context, job: jobs.append(job) or dg.MaterializeResult())
     with dg.instance_for_test() as instance:

@@ -18,6 +18,7 @@ from pipeline_project.defs.resources import training_trigger
 from pipeline_project.defs.resources.trainer import trainer_from_settings
 from pipeline_project.defs.sensors.trigger_policy import TriggerCursor, hold_trigger, release_trigger, retry_delay
 from pipeline_project.settings import Settings
+from pipeline_project_tests.dagster_layer.standins import without_postgres
 
 ORIGIN = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("tests"), "__repository__").get_job_origin("__ASSET_JOB")
 SENSOR = "checkpoint_trigger_sensor"
@@ -178,7 +179,7 @@ def test_the_bound_reaches_the_trainer_job_and_the_trainer_stops_at_it(clock, mo
     with dg.instance_for_test() as instance:
         _produced(instance, "b1", 4000, {"0": [0, 19]})
         (request,) = _tick(instance).run_requests
-        resources = {**build_resources(), "trainer": CapturingTrainer(max_steps=50)}
+        resources = {**without_postgres(build_resources()), "trainer": CapturingTrainer(max_steps=50)}
         result = dg.materialize(
             [deepseek_checkpoint], resources=resources, instance=instance, run_config=request.run_config
         )

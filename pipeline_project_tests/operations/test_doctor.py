@@ -4,6 +4,7 @@ topic with another layout -> a failing line with a hint and a non-zero exit."""
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 
 import pytest
@@ -87,6 +88,11 @@ def test_topic_layout_and_retention_are_checked(stack, stack_env):
     ])  # fmt: skip
     for f in futures.values():
         f.result(timeout=30)
+    # a broker learns of a new topic a moment after the controller (KRaft): wait until the metadata shows both, or
+    # the check reads "not created yet"
+    deadline = time.monotonic() + 30
+    while not {good, odd} <= set(admin.list_topics(timeout=10).topics) and time.monotonic() < deadline:
+        time.sleep(0.2)
     try:
         checks = {c.name: c for c in run_checks(stack, spec, only=("kafka",), timeout_s=5)}
         assert checks["kafka.topic"].ok and checks["kafka.topic_config"].ok, checks
