@@ -2,7 +2,15 @@
 
 import dagster as dg
 
-from pipeline_project.defs.assets import batch_failures, checkpoint, cleaned, content_summary, raw, token_blocks
+from pipeline_project.defs.assets import (
+    batch_failures,
+    checkpoint,
+    cleaned,
+    content_summary,
+    raw,
+    takedowns,
+    token_blocks,
+)
 from pipeline_project.defs.jobs import INGEST_JOB_TAGS, INGEST_SELECTION, ingest_batch, train_checkpoint
 from pipeline_project.defs.resources import build_resources
 from pipeline_project.defs.sensors.checkpoint_trigger import checkpoint_trigger_sensor
@@ -23,9 +31,15 @@ ingest_automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 defs = dg.Definitions(
-    assets=dg.load_assets_from_modules(_modules),
+    assets=[*dg.load_assets_from_modules(_modules), takedowns.takedown_report],
     asset_checks=dg.load_asset_checks_from_modules(_modules),
-    sensors=[raw_s3_sensor, checkpoint_trigger_sensor, ingest_automation_sensor, batch_failures.failed_batch_sensor],
+    sensors=[
+        raw_s3_sensor,
+        checkpoint_trigger_sensor,
+        ingest_automation_sensor,
+        batch_failures.failed_batch_sensor,
+        takedowns.takedown_report_sensor,
+    ],
     jobs=[ingest_batch, train_checkpoint],
     # the environment's settings; with no S3 endpoint set, the local stack's S3 while it runs (`dagster dev`)
     resources=build_resources(with_local_s3(Settings())),

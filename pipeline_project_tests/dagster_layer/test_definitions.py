@@ -7,7 +7,14 @@ def test_definitions_load_with_the_four_assets_checks_and_sensors():
     from pipeline_project.definitions import defs
 
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert keys == {"raw_text", "cleaned_shards", "token_blocks", "deepseek_checkpoint", "training_content_summary"}
+    assert keys == {
+        "raw_text",
+        "cleaned_shards",
+        "token_blocks",
+        "deepseek_checkpoint",
+        "training_content_summary",
+        "takedown_report",
+    }
     graph = defs.resolve_asset_graph()
     assert graph.get(dg.AssetKey("deepseek_checkpoint")).parent_keys == {dg.AssetKey("token_blocks")}
     assert graph.get(dg.AssetKey("token_blocks")).parent_keys == {dg.AssetKey("cleaned_shards")}
@@ -25,7 +32,13 @@ def test_definitions_load_with_the_four_assets_checks_and_sensors():
     blocking = {c.name for c in specs if c.blocking}
     assert {"checkpoint_reloads", "topic_holds_claimed_blocks", "cleaned_counts_add_up"} <= blocking
     sensors = {s.name for s in defs.sensors}
-    assert sensors == {"raw_s3_sensor", "checkpoint_trigger_sensor", "ingest_automation_sensor", "failed_batch_sensor"}
+    assert sensors == {
+        "raw_s3_sensor",
+        "checkpoint_trigger_sensor",
+        "ingest_automation_sensor",
+        "failed_batch_sensor",
+        "takedown_report_sensor",
+    }
 
 
 def test_code_location_imports_nothing_heavy():

@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from pipeline_project.cleaning import Document
 from pipeline_project.cleaning.attempt import BatchAttempt, clean_attempt
@@ -95,6 +97,8 @@ def test_takedown_of_a_text_retracts_reports_exactly_and_blocks_a_reupload(stack
         "kafka": kafka.model_dump(mode="json"), "topic": {"name": topic, "seq_len": SEQ_LEN},
         "s3_endpoint": stack.s3_endpoint, "bucket": bucket, "checkpoint_prefix": lineage,
         "partitions": ["b1"], "loader_idle_timeout_s": 5,
+        "mlflow_tracking_uri": stack.mlflow_tracking_uri, "experiment_name": "test-takedown",
+        "registered_model_name": f"test-takedown-{uid}",
     }  # fmt: skip
     assert _run_trainer(job, tmp_path)["status"] == "trained"
     checkpoint_a, steps_a = _steps(s3, bucket, lineage)
@@ -106,7 +110,7 @@ def test_takedown_of_a_text_retracts_reports_exactly_and_blocks_a_reupload(stack
     stores = Stores(
         s3=s3, bucket=bucket, kafka=kafka, topic=topic, index=_index(pg_url), blocklist=blocklist,
         ledger_index=None, config=CONFIG, corpus=Corpus(s3, bucket, f"{root}/shards/"),
-        checkpoints_root=f"{root}/checkpoints", lineages=["lin"],
+        checkpoints_root=f"{root}/checkpoints", lineages=["lin"], mlflow=MlflowClient(stack.mlflow_tracking_uri),
     )  # fmt: skip
     request = TakedownRequest(request_id=f"gdpr-{uid}", reason="erasure", target_kind="text", target=str(text_file))
     report = takedown(stores, request, TEXT)
@@ -134,6 +138,13 @@ def test_takedown_of_a_text_retracts_reports_exactly_and_blocks_a_reupload(stack
     }
     assert {(e.step, e.rank) for e in report.exposures} == expected and len(hit_rows) == len(set(hit_rows))
     assert report.first_checkpoint == checkpoint_a and report.lineages[0].tokens > 0
+    # A's model version carries the request, and its run the whole report
+    assert report.tagged_versions == [f"test-takedown-{uid}/1"]
+    version = stores.mlflow.get_model_version(f"test-takedown-{uid}", "1")
+    tag = json.loads(version.tags[f"takedown.{request.request_id}"])
+    assert tag["steps"] == [min(s for s, _ in expected), max(s for s, _ in expected)] and tag["tokens"] > 0
+    logged = stores.mlflow.download_artifacts(version.run_id, f"takedowns/{request.request_id}.json", str(tmp_path))
+    assert json.loads(Path(logged).read_text())["request"]["request_id"] == request.request_id
     again = takedown(stores, request, TEXT)  # a request run again: nothing more to retract or block
     assert (again.retraction, again.retracted_now, again.blocklist_added) == (report.retraction, 0, 0)
 

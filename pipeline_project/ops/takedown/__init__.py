@@ -27,6 +27,7 @@ def open_stores(
     checkpoints_root: str = "checkpoints",
     lineages: Sequence[str] | None = None,
     topic: str | None = None,
+    tag_mlflow: bool = True,
 ) -> Stores:
     """The stores of the running deployment (close them): its S3, topic, dedup index, blocklist and ledger index."""
     from pipeline_project.defs.resources.dedup import DedupIndexResource
@@ -61,4 +62,14 @@ def open_stores(
         checkpoints_root=checkpoints_root,
         lineages=lineages,
         closers=[index.close, blocklist.close, ledger_index.close],
+        mlflow=_mlflow_client(settings) if tag_mlflow else None,
     )
+
+
+def _mlflow_client(settings: Settings):
+    """The deployment's MLflow, where its checkpoints' model versions are (None when it names none)."""
+    if not settings.mlflow_tracking_uri:
+        return None
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(settings.mlflow_tracking_uri)

@@ -34,7 +34,6 @@ NOT_BUILT = [
     "they are produced (their blocks are retracted then)",
     "the exclusion sink and attribute files still hold the copies' (masked) records",
     "raw objects are kept as they are (no quarantine or delete policy)",
-    "no Dagster asset per request and no MLflow tags on the exposed model versions",
 ]
 
 
@@ -55,6 +54,7 @@ class Stores:
     lineages: Sequence[str] | None = None  # None: every lineage under the root
     locate: Callable[..., Located] = locate  # kept copies -> their blocks (`blocks.locate`; a test's stand-in)
     closers: list = field(default_factory=list)
+    mlflow: Any = None  # an MlflowClient: the exposed checkpoints' model versions are tagged (None: not)
 
     def close(self) -> None:
         for close in self.closers:
@@ -198,4 +198,8 @@ def takedown(stores: Stores, request: TakedownRequest, text: str | None = None) 
         not_done=NOT_BUILT,
         **exposure_part(stores, hits),
     )
+    if stores.mlflow is not None:
+        from pipeline_project.ops.takedown.mlflow_tags import tag_exposed_versions
+
+        report = report.model_copy(update={"tagged_versions": tag_exposed_versions(stores.mlflow, report)})
     return write_report(stores.s3, stores.bucket, report)

@@ -72,9 +72,8 @@ class Located:
 
 def locate(kafka: Any, topic: str, corpus: Corpus, ledger_index: Any, copies: Sequence[Copy]) -> Located:
     """The blocks of the topic that hold the kept copies."""
-    from pipeline_project.provenance.trace import read_messages
+    from pipeline_project.provenance.blocks import batch_messages
     from pipeline_project.streaming.ledger.records import read_ledger_records
-    from pipeline_project.streaming.retractions.resolve import batch_messages
 
     by_batch: dict[str, list[str]] = {}
     for c in copies:
@@ -89,10 +88,16 @@ def locate(kafka: Any, topic: str, corpus: Corpus, ledger_index: Any, copies: Se
         if entry is None or corpus.manifest(batch) is None:
             out.unproduced.append(batch)
             continue
-        ordinals = ordinals_of(corpus.kept(batch), docs)
+        # the ordinals of the publication the entry produced (its messages' `pub` header), which a re-clean since
+        # may have replaced as the batch's current manifest
+        publication = getattr(entry, "content_hash", None) or None
+        kept, known = corpus.kept_in(batch, publication)
+        ordinals = ordinals_of(kept, docs)
         source = getattr(entry, "source", "") or batch
+        # every message of the batch, read whole (the retractions' resolver names them as runs of offsets)
         messages = batch_messages(kafka, topic, {str(p): r for p, r in entry.offsets.items()}, source)
-        read = read_messages(kafka, topic, [(m.partition, m.offset) for m in messages])
+        ours = [m for m in messages if not known or m.publication in (None, publication)]
+        read = {(m.partition, m.offset): m for m in ours}
         for key in sorted(read):
             if read[key].spans is None:
                 out.unrecorded.append(f"{key[0]}@{key[1]}")

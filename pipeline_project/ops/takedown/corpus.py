@@ -19,6 +19,7 @@ class Corpus:
         self.s3, self.bucket, self.prefix = s3, bucket, shards_prefix
         self._manifests: dict[str, ShardManifest | None] = {}
         self._kept: dict[str, list[dict]] = {}
+        self._archived: dict[tuple[str, str], list[dict] | None] = {}
 
     def batches(self) -> list[str]:
         names, token = [], ""
@@ -47,6 +48,28 @@ class Corpus:
                 records += read_shard(self.s3.get_object(Bucket=self.bucket, Key=entry.key)["Body"].read())
             self._kept[batch] = records
         return self._kept[batch]
+
+    def kept_in(self, batch: str, publication: str | None) -> tuple[list[dict], bool]:
+        """The kept documents of the batch's publication `publication` (a ledger entry's content hash, the `pub`
+        header of its messages): the current one's, or those of the copy archived when it was produced; and
+        whether that publication was found. Not found (an entry written before publications were archived, or
+        by a producer that names its content otherwise): the current manifest's, as before the header."""
+        from pipeline_project.provenance.publications import read_archived
+
+        current = self.manifest(batch)
+        if publication is None or (current is not None and current.content_hash() == publication):
+            return self.kept(batch), publication is not None
+        key = (batch, publication)
+        if key not in self._archived:
+            manifest = read_archived(self.s3, self.bucket, f"{self.prefix}{batch}/", publication)
+            records: list[dict] | None = None
+            if manifest is not None:
+                records = []
+                for entry in manifest.shards:
+                    records += read_shard(self.s3.get_object(Bucket=self.bucket, Key=entry.key)["Body"].read())
+            self._archived[key] = records
+        found = self._archived[key]
+        return (found, True) if found is not None else (self.kept(batch), False)
 
     def excluded(self, batch: str) -> Iterator[dict]:
         manifest = self.manifest(batch)

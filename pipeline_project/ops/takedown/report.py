@@ -79,6 +79,7 @@ class ExposureReport(BaseModel):
     first_checkpoint: str | None  # the checkpoint holding the earliest exposing step of any lineage
     checkpoints_read: int
     report_uri: str = ""
+    tagged_versions: list[str] = Field(default_factory=list)  # MLflow model versions tagged `takedown.<request>`
     not_done: list[str] = Field(default_factory=list)
 
 

@@ -200,6 +200,15 @@ def point_alias_at(client: MlflowClient, name: str, source: str, alias: str = CH
     return str(found[0])
 
 
+def versions_of_checkpoints(client: MlflowClient, checkpoint_uris: list[str]) -> dict[str, list[Any]]:
+    """The model versions registered for each checkpoint folder (their `checkpoint_uri` tag), by URI."""
+    found: dict[str, list[Any]] = {}
+    for uri in sorted(set(checkpoint_uris)):
+        escaped = uri.replace("'", "\\'")
+        found[uri] = list(client.search_model_versions(f"tags.checkpoint_uri = '{escaped}'"))
+    return found
+
+
 def model_version_url(tracking_uri: str, name: str, version: str) -> str:
     """The MLflow UI address of a registered model version."""
     return f"{tracking_uri.rstrip('/')}/#/models/{name}/versions/{version}"
