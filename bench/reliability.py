@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline_project.stack import Stack  # noqa: E402
-from pipeline_project_harness.cluster import broker_faults, dead_cleaner, pg_faults  # noqa: E402
+from pipeline_project_harness.cluster import broker_faults, dead_cleaner, dedup_shards, pg_faults  # noqa: E402
 from pipeline_project_harness.reliability import (  # noqa: E402
     dedup_trials,
     outages,
@@ -76,7 +76,7 @@ RESULTS = REPO / "bench" / "results" / "reliability.json"
 KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "dagster", "latest_json", "dedup", "overwrite",
          "lost_manifest")  # fmt: skip
 # each on a namespace cluster of its own, not the throw-away stack
-CLUSTER_KINDS = pg_faults.KINDS + broker_faults.KINDS + (dead_cleaner.KIND,)
+CLUSTER_KINDS = pg_faults.KINDS + broker_faults.KINDS + (dead_cleaner.KIND, dedup_shards.KIND)
 KINDS += CLUSTER_KINDS
 DEFAULT_KINDS = ("producer", "loader", "process", "trainer", "s3", "mlflow", "latest_json", "dedup", "lost_manifest")
 
@@ -124,6 +124,8 @@ def run_trial(kind: str, stack: Stack, i: int, work: Path, state: dict):
         return dead_cleaner.cleaner_host_lost(
             pg_faults.bench_cluster(state), variant=dead_cleaner.VARIANTS[i % len(dead_cleaner.VARIANTS)], seed=61 + i
         )
+    if kind == dedup_shards.KIND:
+        return dedup_shards.trial(pg_faults.bench_cluster(state).cluster, i)
     if kind in broker_faults.KINDS:
         return broker_faults.bench_trial(kind, i, state)
     if kind in CLUSTER_KINDS:

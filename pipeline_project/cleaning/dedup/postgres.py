@@ -49,10 +49,10 @@ import numpy as np
 from pipeline_project.cleaning.dedup import attempts, schema
 from pipeline_project.cleaning.dedup import copies as copy_counts
 from pipeline_project.cleaning.dedup import reserve as reserving
-from pipeline_project.cleaning.dedup.attempts import SCHEMA_VERSION, AttemptLostError
+from pipeline_project.cleaning.dedup.attempts import AttemptLostError
 from pipeline_project.cleaning.dedup.index import IndexEntry
 from pipeline_project.cleaning.dedup.traffic import IndexTraffic, first_line, row_bytes
-from pipeline_project.cleaning.dedup.upgrade import upgrade
+from pipeline_project.cleaning.dedup.upgrade import ensure_tables
 from pipeline_project.cleaning.errors import CleaningError
 from pipeline_project.common.postgres import connect_kwargs
 
@@ -138,28 +138,13 @@ class PostgresDedupIndex:
             raise DedupStoreUnavailableError(f"dedup index database failed: {first_line(exc)}") from None
 
     def _ensure_schema(self) -> None:
-        with self._conn, self._conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.dedup_schema'))")
-            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-            cur.execute("CREATE TABLE IF NOT EXISTS dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            cur.execute("SELECT value FROM dedup_meta WHERE name = 'schema_version'")
-            row = cur.fetchone()
-            upgrade(cur, row[0] if row is not None else None)
-            cur.execute("SELECT value FROM dedup_meta WHERE name = 'num_bands'")  # the stored shape's columns
-            cur.execute(schema.schema(int((cur.fetchone() or [self.num_bands])[0])))
-            cur.execute(
-                "INSERT INTO dedup_meta (name, value) VALUES ('schema_version', %s), ('num_perm', %s), "
-                "('num_bands', %s) ON CONFLICT (name) DO NOTHING",
-                (str(SCHEMA_VERSION), str(self.num_perm), str(self.num_bands)),
-            )
-            cur.execute("SELECT name, value FROM dedup_meta")
-            meta = dict(cur.fetchall())
-        stored = (int(meta["schema_version"]), int(meta["num_perm"]), int(meta["num_bands"]))
-        if stored != (SCHEMA_VERSION, self.num_perm, self.num_bands):
-            raise CleaningError(
-                f"dedup index schema/shape {stored} differs from this configuration "
-                f"{(SCHEMA_VERSION, self.num_perm, self.num_bands)}: use another database or migrate"
-            )
+        import psycopg2
+
+        try:
+            ensure_tables(self._conn, self.schema, self.num_perm, self.num_bands)
+        except (psycopg2.OperationalError, psycopg2.InterfaceError) as exc:  # a deadlock, a lost connection
+            self.close()
+            raise DedupStoreUnavailableError(f"dedup index database failed: {first_line(exc)}") from None
 
     def close(self) -> None:
         """Close the session: the locks of its attempts go with it (a pending one is resolved by the next batch)."""

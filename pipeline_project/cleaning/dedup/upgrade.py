@@ -105,3 +105,38 @@ def _place(where: dict[int, int], key: int, doc_id: str) -> int:
             "(an index built with other band hashing); rebuild the index instead of upgrading it"
         )
     return band
+
+
+def ensure_tables(conn, name: str, num_perm: int, num_bands: int) -> None:
+    """Create the index's tables in schema `name` (the session's search_path), or upgrade them, unless the stored
+    version says they are there: DDL takes table locks that deadlock with another writer's open transaction (seen
+    on a reconnect during a host cut). Refuses an index of another shape."""
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('dedup_meta') IS NOT NULL")
+        meta = {}
+        if cur.fetchone()[0]:
+            cur.execute("SELECT name, value FROM dedup_meta")
+            meta = dict(cur.fetchall())
+    if meta.get("schema_version") != str(schema.SCHEMA_VERSION) or not {"num_perm", "num_bands"} <= set(meta):
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext('pipeline_project.dedup_schema'))")
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {name}")
+            cur.execute("CREATE TABLE IF NOT EXISTS dedup_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            cur.execute("SELECT value FROM dedup_meta WHERE name = 'schema_version'")
+            row = cur.fetchone()
+            upgrade(cur, row[0] if row is not None else None)
+            cur.execute("SELECT value FROM dedup_meta WHERE name = 'num_bands'")  # the stored shape's columns
+            cur.execute(schema.schema(int((cur.fetchone() or [num_bands])[0])))
+            cur.execute(
+                "INSERT INTO dedup_meta (name, value) VALUES ('schema_version', %s), ('num_perm', %s), "
+                "('num_bands', %s) ON CONFLICT (name) DO NOTHING",
+                (str(schema.SCHEMA_VERSION), str(num_perm), str(num_bands)),
+            )
+            cur.execute("SELECT name, value FROM dedup_meta")
+            meta = dict(cur.fetchall())
+    stored = (int(meta["schema_version"]), int(meta["num_perm"]), int(meta["num_bands"]))
+    if stored != (schema.SCHEMA_VERSION, num_perm, num_bands):
+        raise CleaningError(
+            f"dedup index schema/shape {stored} differs from this configuration "
+            f"{(schema.SCHEMA_VERSION, num_perm, num_bands)}: use another database or migrate"
+        )
