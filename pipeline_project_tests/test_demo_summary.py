@@ -35,7 +35,7 @@ def test_summary_totals_come_from_each_assets_latest_materialization():
             )
         table = summarize(instance, Settings(), ["b1", "b2"], {"steps": 5})
         rows = dict(zip(table.columns[0]._cells, table.columns[1]._cells))
-    assert rows["retracted blocks passed over"] == "0"  # zero when none, said all the same
+    assert rows["retracted blocks passed over"] == rows["takedown requests"] == "0"  # zero when none, said all the same
     assert rows["kept"] == "12" and rows["documents in"] == "16"
     assert rows["blocks in Kafka"] == "7" and rows["tokens in Kafka"] == "448"
     assert rows["training steps"] == "5"
@@ -66,3 +66,11 @@ def test_a_run_without_a_loss_summary_shows_none():
 
 def test_the_summary_shows_the_retracted_blocks_the_run_passed_over():
     assert _rows({"steps": 5, "retracted_blocks": 7})["retracted blocks passed over"] == "7"
+
+
+def test_the_summary_counts_the_takedown_requests_the_instance_lists():
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("takedown_requests", ["gdpr-1", "optout-2"])
+        table = summarize(instance, Settings(), [], {"steps": 0})
+        rows = dict(zip(table.columns[0]._cells, table.columns[1]._cells))
+    assert rows["takedown requests"] == "2"

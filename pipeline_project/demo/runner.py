@@ -104,6 +104,7 @@ def _meta(instance, asset, partition: str | None = None) -> dict:
 
 def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: dict) -> Table:
     from pipeline_project.defs.assets.cleaned import cleaned_shards
+    from pipeline_project.defs.assets.takedowns import takedown_requests
     from pipeline_project.defs.assets.token_blocks import token_blocks
 
     totals = {"documents in": 0, "kept": 0, "dropped": 0, "quarantined": 0, "blocks in Kafka": 0, "tokens in Kafka": 0}
@@ -133,6 +134,7 @@ def summarize(instance, settings: Settings, partitions: list[str], ckpt_meta: di
     table.add_row("batches", ", ".join(partitions))
     table.add_row("training steps", str(ckpt_meta.get("steps", "-")))
     table.add_row("retracted blocks passed over", str(ckpt_meta.get("retracted_blocks", 0)))
+    table.add_row("takedown requests", str(len(instance.get_dynamic_partitions(takedown_requests.name))))
     for label, value in loss_rows(ckpt_meta):
         table.add_row(label, value)
     for label, key in [("checkpoint", "checkpoint_uri"), ("MLflow run", "mlflow_run_url")]:
