@@ -1,4 +1,5 @@
 import os
+import time
 
 import pytest
 from confluent_kafka.admin import ConfigResource
@@ -79,7 +80,19 @@ def test_a_compacting_or_small_message_token_topic_is_refused_with_the_fix(stack
         for k, v in (("cleanup.policy", "delete"), ("max.message.bytes", "148480"))
     ])  # fmt: skip
     admin.incremental_alter_configs([res])[res].result(timeout=30)
-    fixed = ensure_topic(admin, name, config=layout.topic_spec.topic_config(), message_bytes=layout.topic.message_bytes)
+    # the brokers apply a topic's new config a moment after the controller (KRaft): a describe right away can
+    # answer the old one, so ask until it shows
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            fixed = ensure_topic(
+                admin, name, config=layout.topic_spec.topic_config(), message_bytes=layout.topic.message_bytes
+            )
+            break
+        except TopicLayoutMismatchError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     assert fixed.config["cleanup.policy"] == "delete" and not fixed.created
 
 
