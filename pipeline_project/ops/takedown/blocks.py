@@ -48,14 +48,9 @@ def hits_in_message(message: Any, ordinals: dict[int, str]) -> list[BlockHit]:
 
 def block_ranges(hits: Iterable[BlockHit]) -> tuple[BlockRange, ...]:
     """The blocks of `hits` as ranges [first, end) of consecutive blocks per message, in topic order."""
-    ranges: list[BlockRange] = []
-    for p, offset, block in sorted({h.address for h in hits}):
-        last = ranges[-1] if ranges else None
-        if last is not None and (last.partition, last.offset, last.end) == (p, offset, block):
-            ranges[-1] = BlockRange(partition=p, offset=offset, first=last.first, end=block + 1)
-        else:
-            ranges.append(BlockRange(partition=p, offset=offset, first=block, end=block + 1))
-    return tuple(ranges)
+    from pipeline_project.provenance.blocks import block_ranges as address_ranges
+
+    return address_ranges(h.address for h in hits)
 
 
 def ordinals_of(kept_records: Sequence[dict], doc_ids: Iterable[str]) -> dict[int, str]:
