@@ -118,7 +118,7 @@ def published_hashes(resources: dict, batches: list[str]) -> tuple[Counter, list
     """sha256 of every document of every published manifest of `batches`; the batches that have one."""
     from pipeline_project.cleaning.output.publish import iter_shard_texts, read_shard_manifest_or_none
 
-    layout, s3 = resources["layout"], resources["s3"].get_client()
+    layout, s3 = resources["layout"], resources["s3"].process_config_and_initialize().get_client()
     hashes: Counter = Counter()
     published = []
     for batch in batches:

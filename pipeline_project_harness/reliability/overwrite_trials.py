@@ -49,7 +49,7 @@ def overwrite_after_take(stack, *, delay_s: float, objects: int = 20, overwrites
     rng = random.Random(seed)
     settings = stack.settings()
     res = build_resources(settings)
-    s3 = res["s3"].get_client()
+    s3 = res["s3"].process_config_and_initialize().get_client()
     layout = PipelineLayout(raw_prefix=f"ow-{uuid.uuid4().hex[:8]}/raw/", intake=IntakeConfig(full_scan_every=1))
     sha_of_etag: dict[str, str] = {}
     last: dict[str, str] = {}
