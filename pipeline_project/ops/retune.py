@@ -265,12 +265,15 @@ def run_retune(
     settings, layout, config, batches: list[str] | None, write: bool, dedup_url: str = "", dedup_schema: str = "dedup"
 ) -> dict:
     """The report of `retune` (see the module), on the stack `settings` names and the batches under `layout`;
-    written batches' dropped documents leave the dedup index at `dedup_url` (default: the settings' PostgreSQL)."""
+    written batches' dropped documents leave the dedup index at `dedup_url` (default: the settings' index, every
+    shard of it)."""
+    from pipeline_project.cleaning.dedup.opening import index_urls
     from pipeline_project.cleaning.retune.write import forget_documents
 
     client = settings.s3_client()
     chosen = batches or published_batches(client, layout.bucket, layout.shards_prefix)
-    forget = forget_documents(dedup_url or settings.postgres_url, dedup_schema)
+    # the index's rows may be on any of its shards: forgetting visits every database that holds them
+    forget = forget_documents(dedup_url or index_urls(settings.postgres_url, settings.dedup_shard_urls), dedup_schema)
     guard = ledger_guard(settings, layout.topic.name) if write else None
     retract = ledger_retractor(settings, layout, config) if write else None
     results = retune_batches(client, layout.bucket, layout, config, chosen, guard, forget, retract)

@@ -380,3 +380,45 @@ def test_a_handed_over_band_key_taken_on_another_shard_keeps_one_owner(shard_url
     assert owners == [[(f"doc-{on_0[1]}",)], []], "the band key has one owner across the shards"
     index.close()
     rerun.close()
+
+
+# -- (5) the commands that write the index reach every shard ------------------------------------------------------
+def test_an_import_and_a_retunes_forgetting_reach_every_shard(pg_url, shard_urls):
+    """`dedup-import` and `retune --write` open the index through `cleaning.dedup.opening`: an imported index is
+    split over the shards with the decisions of one index, and forgetting a batch's documents removes them from
+    whichever shard holds them, so they are kept again when they come back."""
+    from pipeline_project.cleaning.dedup.memory import MemoryDedupIndex
+    from pipeline_project.cleaning.dedup.migrate import import_local_index
+    from pipeline_project.cleaning.dedup.opening import open_index
+    from pipeline_project.cleaning.retune.write import forget_documents
+
+    texts = _corpus(41, 12)
+    memory = MemoryDedupIndex()
+    WholeBatchPipeline(CONFIG).run(_docs("i1", texts), "i1", memory)
+    sharded = open_index(pg_url, shard_urls)
+    assert isinstance(sharded, ShardedDedupIndex)
+    try:
+        assert import_local_index(sharded, MemoryDedupIndex.from_bytes(memory.to_bytes())) == len(texts)
+    finally:
+        sharded.close()
+    on_shards = [_doc_ids(url) for url in shard_urls]
+    assert all(on_shards) and sorted(d for ids in on_shards for d in ids) == sorted(
+        f"i1-{i}" for i in range(len(texts))
+    )
+
+    probe = [texts[0], _edit(texts[1], start=50, count=6, fresh=70_000), *_corpus(42, 1)]
+    one = PostgresDedupIndex(pg_url)
+    try:
+        assert import_local_index(one, MemoryDedupIndex.from_bytes(memory.to_bytes())) == len(texts)
+        want = WholeBatchPipeline(CONFIG).run(_docs("i2", probe), "i2", one)
+    finally:
+        one.close()
+    got = WholeBatchPipeline(CONFIG).run(_docs("i2", probe), "i2", ShardedDedupIndex(shard_urls))
+    assert [(d.id, d.reason) for d in got.dropped] == [(d.id, d.reason) for d in want.dropped]
+    assert len(got.dropped) == 2
+
+    (attempt,) = [a for a in _attempts(shard_urls[0]) if a.startswith("i1:")]
+    assert forget_documents(shard_urls)(attempt, [f"i1-{i}" for i in range(len(texts))]) == len(texts)
+    assert not any(d.startswith("i1-") for url in shard_urls for d in _doc_ids(url))
+    again = WholeBatchPipeline(CONFIG).run(_docs("i3", texts[:3]), "i3", ShardedDedupIndex(shard_urls))
+    assert again.counts["kept"] == 3

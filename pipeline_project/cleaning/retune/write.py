@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -74,20 +74,25 @@ def check_writable(result: BatchRetune, produced: str | None, *, retracts: bool 
 Forget = Callable[[str, list[str]], int]  # (dedup attempt, doc ids) -> index rows removed
 
 
-def forget_documents(url: str, schema: str = "dedup") -> Forget:
-    """A `Forget` on the PostgreSQL dedup index at `url`: deletes the documents' rows of the attempt (their keys,
-    handovers cascade). Idempotent."""
+def forget_documents(urls: str | Sequence[str], schema: str = "dedup") -> Forget:
+    """A `Forget` on the PostgreSQL dedup index in `urls` (its one database, or every shard of a sharded index,
+    `cleaning.dedup.opening.index_urls`): deletes the documents' rows of the attempt wherever they were placed
+    (their keys; handovers cascade) and returns how many went. Idempotent."""
+    databases = [urls] if isinstance(urls, str) else list(urls)
 
     def forget(attempt: str, doc_ids: list[str]) -> int:
         from pipeline_project.cleaning.dedup.attempts import forget_rows
         from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
 
-        index = PostgresDedupIndex(url, schema=schema)
-        try:
-            with index.cursor() as cur:
-                return forget_rows(cur, attempt, doc_ids)
-        finally:
-            index.close()
+        removed = 0
+        for url in databases:
+            index = PostgresDedupIndex(url, schema=schema)
+            try:
+                with index.cursor() as cur:
+                    removed += forget_rows(cur, attempt, doc_ids)
+            finally:
+                index.close()
+        return removed
 
     return forget
 

@@ -23,15 +23,16 @@ class DedupIndexResource(dg.ConfigurableResource):
 
     def open(self, num_perm: int, num_bands: int, is_published=None):
         """`is_published(batch_id, attempt)`: whether the batch's manifest names the attempt (resolves dead ones)."""
-        options = dict(num_perm=num_perm, num_bands=num_bands, schema=self.schema_name, is_published=is_published)
-        if len(self.shard_urls) > 1:
-            from pipeline_project.cleaning.dedup.sharded import ShardedDedupIndex
+        from pipeline_project.cleaning.dedup.opening import open_index
 
-            return ShardedDedupIndex(self.shard_urls, wait_s=self.wait_s, **options)
-        from pipeline_project.cleaning.dedup.postgres import PostgresDedupIndex
-
-        return PostgresDedupIndex(
-            self.shard_urls[0] if self.shard_urls else self.postgres_url, wait_s=self.wait_s, **options
+        return open_index(
+            self.postgres_url,
+            self.shard_urls,
+            num_perm=num_perm,
+            num_bands=num_bands,
+            schema=self.schema_name,
+            is_published=is_published,
+            wait_s=self.wait_s,
         )
 
     def blocklist(self):

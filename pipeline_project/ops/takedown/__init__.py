@@ -30,7 +30,8 @@ def open_stores(
     tag_mlflow: bool = True,
 ) -> Stores:
     """The stores of the running deployment (close them): its S3, topic, dedup index, blocklist and ledger index."""
-    from pipeline_project.defs.resources.dedup import DedupIndexResource
+    from pipeline_project.cleaning.dedup.blocklist import PostgresBlocklist
+    from pipeline_project.cleaning.dedup.opening import open_index
     from pipeline_project.ops import connect
     from pipeline_project.ops.retune import load_config
     from pipeline_project.ops.takedown.corpus import Corpus
@@ -43,11 +44,14 @@ def open_stores(
     mh = config.dedup.minhash
     kafka, name, ledger_index = connect.ledger(settings, topic)
     # the index and blocklist the cleaning uses, opened the way the asset opens them (one index or its shards)
-    dedup = DedupIndexResource(
-        postgres_url=settings.postgres_url, shard_urls=list(settings.dedup_shard_urls), schema_name=dedup_schema
+    index = open_index(
+        settings.postgres_url,
+        settings.dedup_shard_urls,
+        num_perm=mh.num_buckets * mh.hashes_per_bucket,
+        num_bands=mh.num_buckets,
+        schema=dedup_schema,
     )
-    index = dedup.open(num_perm=mh.num_buckets * mh.hashes_per_bucket, num_bands=mh.num_buckets)
-    blocklist = dedup.blocklist()
+    blocklist = PostgresBlocklist(settings.postgres_url, schema=dedup_schema)
     s3 = settings.s3_client()
     return Stores(
         s3=s3,
