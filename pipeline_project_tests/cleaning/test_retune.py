@@ -105,6 +105,7 @@ def published(local_stack):
         bucket=settings.bucket, shards_prefix=f"test-retune-{run}/shards/", exclusions_prefix=f"test-retune-{run}/x/"
     )
     _clean(client, layout, "b1", BASE)
+    _clean(client, layout, "b1-strict", STRICT)  # for the tests that read a strict batch, whichever runs first
     return client, layout
 
 
@@ -143,7 +144,7 @@ def test_looser_or_reshaped_configs_are_reported_as_undecidable_and_not_written(
     client, layout = published
     looser = CleaningConfig.model_validate({"gopher_quality": {"min_doc_words": 10}})
     reshaped = CleaningConfig.model_validate({"fineweb": {"short_line_length": 20}})
-    batch = "b1-reclean"  # the strict re-clean: not written by the test before
+    batch = "b1-strict"  # cleaned strict, never written by a retune
     [loose] = retune_batches(client, layout.bucket, layout, looser, [batch], None)
     assert loose.undecidable() > 0
     assert any(k[1] == "undecidable" and "signal not computed" in k[2] for k in loose.changes())
@@ -158,11 +159,11 @@ def test_looser_or_reshaped_configs_are_reported_as_undecidable_and_not_written(
 def test_a_produced_batch_is_refused(published):
     client, layout = published
     [refused] = retune_batches(
-        client, layout.bucket, layout, STRICT, ["b1-reclean"], known_state({"b1-reclean": "completed, 3 blocks"})
+        client, layout.bucket, layout, STRICT, ["b1-strict"], known_state({"b1-strict": "completed, 3 blocks"})
     )
     assert "already produced to Kafka" in refused.refused and not refused.written
-    [result] = retune_batches(client, layout.bucket, layout, STRICT, ["b1-reclean"], None)
-    with pytest.raises(RetuneRefusedError, match="ledger retire b1-reclean"):
+    [result] = retune_batches(client, layout.bucket, layout, STRICT, ["b1-strict"], None)
+    with pytest.raises(RetuneRefusedError, match="ledger retire b1-strict"):
         check_writable(result, "partly produced, 1 blocks")
 
 
