@@ -155,3 +155,32 @@ def pg_url(stack):
         cur.execute(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
         cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
     admin.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With PIPELINE_TEST_CPU_LOG=path, one JSON line per test: wall seconds and the CPU seconds of this process and
+    of the children it reaped (trainers, tools), so the suite's CPU hogs can be told from its waiters
+    (docs/benchmarks: suite tiers). Services of the stack and Dagster's run workers are not counted."""
+    path = os.environ.get("PIPELINE_TEST_CPU_LOG")
+    if not path:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu(who: int) -> float:
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
+    wall, own, kids = time.monotonic(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    yield
+    row = {
+        "test": item.nodeid,
+        "wall_s": round(time.monotonic() - wall, 2),
+        "cpu_self_s": round(cpu(resource.RUSAGE_SELF) - own, 2),
+        "cpu_children_s": round(cpu(resource.RUSAGE_CHILDREN) - kids, 2),
+    }
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
