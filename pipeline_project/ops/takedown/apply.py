@@ -17,7 +17,7 @@ from pipeline_project.cleaning.config import CleaningConfig
 from pipeline_project.ops.takedown import blocklist as entries
 from pipeline_project.ops.takedown.blocks import BlockHit, Located, block_ranges, locate
 from pipeline_project.ops.takedown.corpus import Corpus, is_of_object, object_key, raw_documents
-from pipeline_project.ops.takedown.exposure import Exposure, first_exposures, read_exposures
+from pipeline_project.ops.takedown.exposure import first_exposures, read_exposures
 from pipeline_project.ops.takedown.report import (
     CopyRow,
     ExposureReport,
@@ -146,7 +146,7 @@ def copy_rows(copies: Sequence[Copy], located: Located) -> list[CopyRow]:
     ]
 
 
-def lineage_rows(exposures: Sequence[Exposure]) -> list[LineageExposure]:
+def lineage_rows(exposures: Sequence[ExposureRow]) -> list[LineageExposure]:
     first = first_exposures(exposures)
     rows = []
     for lineage, e in sorted(first.items()):
@@ -171,7 +171,7 @@ def exposure_part(stores: Stores, hits: Sequence[BlockHit]) -> dict:
     lineages = lineage_rows(exposures)
     earliest = min(lineages, key=lambda r: r.first_step, default=None)
     return {
-        "exposures": [ExposureRow(**vars(e)) for e in exposures],
+        "exposures": list(exposures),
         "lineages": lineages,
         "first_checkpoint": earliest.first_checkpoint if earliest else None,
         "checkpoints_read": read,

@@ -10,29 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pipeline_project.ops.takedown.blocks import BlockHit
-
-
-@dataclass(frozen=True)
-class Exposure:
-    lineage: str
-    checkpoint: str
-    step: int
-    rank: int
-    partition: int
-    offset: int
-    block: int
-    batch: str
-    doc_id: str
-    tokens: int
+from pipeline_project.ops.takedown.report import ExposureRow
 
 
 def exposures_in_steps(
     body: dict, lineage: str, checkpoint: str, topic: str, hits: Sequence[BlockHit]
-) -> list[Exposure]:
+) -> list[ExposureRow]:
     """The exposures recorded in one checkpoint's steps.json (`body`); none when it trained another topic."""
     if body.get("topic") != topic or not hits:
         return []
@@ -46,25 +32,25 @@ def exposures_in_steps(
                 for h in by_message.get((int(p), int(offset)), ()):
                     if int(first) <= h.block < int(first) + int(count):
                         out.append(
-                            Exposure(
-                                lineage,
-                                checkpoint,
-                                int(step),
-                                rank,
-                                h.partition,
-                                h.offset,
-                                h.block,
-                                h.batch,
-                                h.doc_id,
-                                h.tokens,
+                            ExposureRow(
+                                lineage=lineage,
+                                checkpoint=checkpoint,
+                                step=int(step),
+                                rank=rank,
+                                partition=h.partition,
+                                offset=h.offset,
+                                block=h.block,
+                                batch=h.batch,
+                                doc_id=h.doc_id,
+                                tokens=h.tokens,
                             )
                         )
     return out
 
 
-def first_exposures(exposures: Sequence[Exposure]) -> dict[str, Exposure]:
+def first_exposures(exposures: Sequence[ExposureRow]) -> dict[str, ExposureRow]:
     """Per lineage, its earliest exposure (lowest step; then checkpoint, rank)."""
-    first: dict[str, Exposure] = {}
+    first: dict[str, ExposureRow] = {}
     for e in sorted(exposures, key=lambda e: (e.step, e.checkpoint, e.rank, e.offset, e.block)):
         first.setdefault(e.lineage, e)
     return first
@@ -72,13 +58,13 @@ def first_exposures(exposures: Sequence[Exposure]) -> dict[str, Exposure]:
 
 def read_exposures(
     s3: Any, bucket: str, root: str, topic: str, hits: Sequence[BlockHit], lineages: Sequence[str] | None = None
-) -> tuple[list[Exposure], int]:
+) -> tuple[list[ExposureRow], int]:
     """(exposures, checkpoints read) over every checkpoint of `lineages` (default: all under `root`)."""
     from pipeline_project.common.s3 import key_in_bucket
     from pipeline_project.training.checkpoint.lineages import lineage_prefix, list_lineages, step_refs
     from pipeline_project.training.step_log import STEPS_FILE
 
-    found: list[Exposure] = []
+    found: list[ExposureRow] = []
     read = 0
     if not hits:
         return found, read
