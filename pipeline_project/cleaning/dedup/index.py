@@ -10,6 +10,7 @@ chained with the cross-batch index.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,3 +89,25 @@ class DedupIndex(DedupLookup, Protocol):
         near)} over the published batches and this attempt."""
 
     def close(self) -> None: ...
+
+
+def reserve_and_publish(
+    index: DedupIndex,
+    batch_id: str,
+    doc_ids: Sequence[str],
+    exact_keys: np.ndarray,
+    band_keys: np.ndarray,
+    signatures: np.ndarray,
+    near_threshold: float,
+    before_publish: BeforePublish | None = None,
+) -> dict[int, str]:
+    """`commit_batch` for a PostgreSQL index or its shards: reserve a fresh attempt that no manifest will name, run
+    `before_publish(attempt, late)` (copy counts), then publish it; returns the late drops."""
+    attempt = f"{batch_id}:{uuid.uuid4().hex[:12]}"
+    late = index.reserve_batch(  # type: ignore[call-arg]  # the PostgreSQL indexes take `by_manifest`
+        batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold, by_manifest=False
+    )
+    if before_publish is not None:
+        before_publish(attempt, late)
+    index.publish(attempt)
+    return late

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -50,7 +49,7 @@ from pipeline_project.cleaning.dedup import attempts, schema
 from pipeline_project.cleaning.dedup import copies as copy_counts
 from pipeline_project.cleaning.dedup import reserve as reserving
 from pipeline_project.cleaning.dedup.attempts import AttemptLostError
-from pipeline_project.cleaning.dedup.index import IndexEntry
+from pipeline_project.cleaning.dedup.index import IndexEntry, reserve_and_publish
 from pipeline_project.cleaning.dedup.traffic import IndexTraffic, first_line, row_bytes
 from pipeline_project.cleaning.dedup.upgrade import ensure_tables
 from pipeline_project.cleaning.errors import CleaningError
@@ -221,14 +220,9 @@ class PostgresDedupIndex:
         self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold: float, before_publish=None
     ) -> dict:
         """Reserve and publish at once (no manifest); `before_publish(attempt, late)` runs in between (copy counts)."""
-        attempt = f"{batch_id}:{uuid.uuid4().hex[:12]}"
-        late = self.reserve_batch(
-            batch_id, attempt, doc_ids, exact_keys, band_keys, signatures, near_threshold, by_manifest=False
+        return reserve_and_publish(
+            self, batch_id, doc_ids, exact_keys, band_keys, signatures, near_threshold, before_publish
         )
-        if before_publish is not None:
-            before_publish(attempt, late)
-        self.publish(attempt)
-        return late
 
     def reserve_batch(
         self,
